@@ -1,0 +1,3 @@
+from authgate.cli import main
+
+main()

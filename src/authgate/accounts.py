@@ -1,0 +1,187 @@
+"""Accounts: registration, password reset, email verification, and the operator's commands."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from authgate import events
+from authgate.emails import canonical_email, login_key
+from authgate.errors import EmailTaken, InvalidOneTimeToken, NotConfigured
+from authgate.mail import MailSender, Purpose
+from authgate.models import User
+from authgate.service import Services
+from authgate.stores import SessionStore, TokenStore, UserStore
+from authgate.tokens import digest, new_opaque_token
+
+__all__ = ["AccountService"]
+
+
+class AccountService:
+    def __init__(self, services: Services) -> None:
+        self.sv = services
+
+    # --- registration -----------------------------------------------------------------
+
+    async def register(
+        self,
+        email: str,
+        password: str,
+        *,
+        client_ip: str | None = None,
+        is_superuser: bool = False,
+        email_verified: bool = False,
+    ) -> User:
+        """Create an account. `password` must already satisfy the rules (schemas check it)."""
+        if client_ip is not None:
+            await self.sv.limiter.hit("register_per_ip", client_ip)
+        address, key = canonical_email(email)
+        password_hash = await self.sv.hashing.hash(password)
+        now = self.sv.clock()
+        user = User(
+            email=address,
+            email_key=key,
+            password_hash=password_hash,
+            is_active=True,
+            is_superuser=is_superuser,
+            email_verified=email_verified,
+            created_at=now,
+            updated_at=now,
+        )
+        async with self.sv.db.write() as s:
+            if not await UserStore(s).add(user):
+                raise EmailTaken()
+        events.emit("registered", user_id=user.id)
+        return user
+
+    # --- password reset ----------------------------------------------------------------
+
+    async def request_password_reset(self, email: str, *, client_ip: str) -> None:
+        """Answer at once; look the account up and mail it in the background.
+
+        The work that differs between a known and an unknown email (a lookup hit, a token
+        insert, an SMTP exchange) all happens after the answer, so neither the answer nor
+        its timing tells whether the email is registered.
+        """
+        sender = self._sender("reset")
+        await self.sv.limiter.hit("reset_per_ip", client_ip)
+        key = login_key(email)
+        if key is None:
+            return
+        self.sv.background.spawn(self._send_reset(key, sender), "password reset mail")
+
+    async def _send_reset(self, key: str, sender: MailSender) -> None:
+        async with self.sv.db.read() as s:
+            user = await UserStore(s).by_email_key(key)
+        if user is None or not user.is_active:
+            events.emit("password_reset_requested", outcome="failure", reason="no_account")
+            return
+        if not await self.sv.limiter.try_hit("reset_per_account", key):
+            events.emit(
+                "password_reset_requested", outcome="failure", user_id=user.id, reason="limited"
+            )
+            return
+        token = await self._new_token(user.id, "reset", self.sv.config.reset_ttl)
+        events.emit("password_reset_requested", user_id=user.id)
+        await sender.send(user.email, token)
+
+    async def confirm_password_reset(self, token: str, new_password: str) -> None:
+        token_digest = digest(token)
+        now = self.sv.clock()
+        # Look before hashing, so random tokens cost a lookup, not an argon2 hash.
+        async with self.sv.db.read() as s:
+            if await TokenStore(s).peek("reset", token_digest, now) is None:
+                raise InvalidOneTimeToken()
+        password_hash = await self.sv.hashing.hash(new_password)
+        now = self.sv.clock()
+        async with self.sv.db.write() as s:
+            tokens = TokenStore(s)
+            user_id = await tokens.spend("reset", token_digest, now)
+            if user_id is None:
+                raise InvalidOneTimeToken()
+            await UserStore(s).set_password(user_id, password_hash, now)
+            await tokens.spend_all(user_id, "reset", now)
+            revoked = await SessionStore(s).revoke_all(user_id, now, "password_reset")
+        events.emit("password_reset_completed", user_id=user_id)
+        for sid in revoked:
+            events.emit("logged_out", session_id=sid, user_id=user_id, reason="password_reset")
+
+    # --- email verification -----------------------------------------------------------
+
+    async def request_verification(self, user: User, *, client_ip: str) -> bool:
+        """Mail a verification link; False (and no mail) when the email is already verified."""
+        sender = self._sender("verify")
+        if user.email_verified:
+            return False
+        await self.sv.limiter.hit("verify_per_ip", client_ip)
+        token = await self._new_token(user.id, "verify", self.sv.config.verify_ttl)
+        events.emit("verification_requested", user_id=user.id)
+        self.sv.background.spawn(sender.send(user.email, token), "verification mail")
+        return True
+
+    async def confirm_verification(self, token: str) -> None:
+        now = self.sv.clock()
+        async with self.sv.db.write() as s:
+            tokens = TokenStore(s)
+            user_id = await tokens.spend("verify", digest(token), now)
+            if user_id is None:
+                raise InvalidOneTimeToken()
+            await UserStore(s).set_flags(user_id, now, email_verified=True)
+            await tokens.spend_all(user_id, "verify", now)
+        events.emit("verification_completed", user_id=user_id)
+
+    # --- operator commands ------------------------------------------------------------
+
+    async def set_active(self, email: str, active: bool) -> User | None:
+        """Flip `is_active`; deactivation also revokes every session. None if no such user."""
+        key = login_key(email)
+        if key is None:
+            return None
+        now = self.sv.clock()
+        async with self.sv.db.write() as s:
+            users = UserStore(s)
+            user = await users.by_email_key(key)
+            if user is None:
+                return None
+            await users.set_flags(user.id, now, is_active=active)
+            if not active:
+                await SessionStore(s).revoke_all(user.id, now, "deactivated")
+            await s.refresh(user)
+        events.emit("activated" if active else "deactivated", user_id=user.id)
+        return user
+
+    async def list_users(self) -> list[User]:
+        async with self.sv.db.read() as s:
+            return await UserStore(s).listing()
+
+    async def purge(self) -> tuple[int, int]:
+        """Delete expired and spent tokens: (refresh-side rows, one-time tokens)."""
+        now = self.sv.clock()
+        async with self.sv.db.write() as s:
+            sessions = await SessionStore(s).purge(now)
+            one_time = await TokenStore(s).purge(now)
+        return sessions, one_time
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _sender(self, purpose: Purpose) -> MailSender:
+        sender = self.sv.senders[purpose]
+        if sender is None:
+            raise NotConfigured(
+                "Password reset is not configured."
+                if purpose == "reset"
+                else "Email verification is not configured."
+            )
+        return sender
+
+    async def _new_token(self, user_id: int, purpose: str, ttl: int) -> str:
+        token = new_opaque_token()
+        now = self.sv.clock()
+        async with self.sv.db.write() as s:
+            await TokenStore(s).add(
+                user_id=user_id,
+                purpose=purpose,
+                digest=digest(token),
+                now=now,
+                expires_at=now + timedelta(seconds=ttl),
+            )
+        return token

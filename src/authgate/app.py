@@ -1,0 +1,254 @@
+"""The composition root: builds every resource from one `AuthConfig` and wires them into a
+FastAPI application, standalone (`create_app`) or mounted in an existing one (`AuthGate`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import secrets
+from collections.abc import AsyncIterator
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from limits.aio.strategies import MovingWindowRateLimiter
+from limits.errors import StorageError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from authgate import events
+from authgate.accounts import AccountService
+from authgate.cache import Cache, open_cache
+from authgate.config import AuthConfig, ensure_secret_key
+from authgate.db import Database, upgrade_schema
+from authgate.errors import AuthError, PayloadTooLarge, ServiceUnavailable
+from authgate.mail import make_senders
+from authgate.passwords import PasswordHashing
+from authgate.ratelimit import Limits, RateLimiter
+from authgate.routes import auth_router, health_router
+from authgate.service import Background, Clock, Services, utcnow
+from authgate.sessions import SessionService
+
+__all__ = ["AuthGate", "create_app"]
+
+logger = logging.getLogger("authgate")
+
+try:
+    __version__ = version("authgate")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0"
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "not_authenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# Errors of the database or the cache being away: 503, never 500.
+_UNAVAILABLE = (
+    OperationalError,
+    InterfaceError,
+    PoolTimeoutError,
+    OSError,
+    TimeoutError,
+    RedisConnectionError,
+    RedisTimeoutError,
+    StorageError,
+)
+
+
+class AuthGate:
+    """authgate's resources and routes, ready to serve or to mount.
+
+    >>> gate = AuthGate(AuthConfig())
+    >>> app = FastAPI(lifespan=gate.lifespan)
+    >>> gate.install(app)
+    """
+
+    def __init__(self, config: AuthConfig | None = None, *, clock: Clock = utcnow) -> None:
+        self.config = ensure_secret_key(config or AuthConfig())
+        from authgate.tokens import Keys
+
+        cfg = self.config
+        self.cache: Cache = open_cache(cfg.cache_url, prefix=cfg.cache_prefix)
+        self.services = Services(
+            config=cfg,
+            db=Database(cfg),
+            keys=Keys(cfg.secret(), issuer=cfg.jwt_issuer, audience=cfg.jwt_audience),
+            hashing=PasswordHashing(),
+            limiter=RateLimiter(
+                MovingWindowRateLimiter(self.cache.limits_storage) if cfg.rate_limits else None,
+                Limits(),
+            ),
+            senders=make_senders(cfg),
+            background=Background(),
+            clock=clock,
+        )
+        self.sessions = SessionService(self.services)
+        self.accounts = AccountService(self.services)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
+        if self.config.embedded:
+            logger.warning(
+                "authgate is running on the embedded SQLite database in %s: "
+                "a development setup; set DATABASE_URL and CACHE_URL in production",
+                self.config.data_dir,
+            )
+        if self.config.auto_migrate:
+            await upgrade_schema(self.services.db)
+        try:
+            yield
+        finally:
+            await self.services.background.drain()
+            await self.cache.aclose()
+            await self.services.db.dispose()
+
+    def install(self, app: FastAPI) -> None:
+        """Mount the auth routes, the health endpoints and the error handling on `app`."""
+        app.state.authgate = self
+        app.include_router(auth_router(self))
+        app.include_router(health_router(self))
+        install_error_handlers(app)
+        app.add_middleware(RequestGuard, max_body_bytes=self.config.max_body_bytes)
+
+
+def create_app(config: AuthConfig | None = None, *, clock: Clock = utcnow) -> FastAPI:
+    """The standalone authgate application (what `authgate serve` runs)."""
+    gate = AuthGate(config, clock=clock)
+    app = FastAPI(
+        title="authgate",
+        version=__version__,
+        description="Email-and-password authentication service.",
+        lifespan=gate.lifespan,
+    )
+    gate.install(app)
+    return app
+
+
+def _error(
+    status: int, detail: str, code: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    out = dict(headers or {})
+    if status == 401:
+        out.setdefault("WWW-Authenticate", "Bearer")
+    return JSONResponse({"detail": detail, "code": code}, status_code=status, headers=out)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_auth_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, AuthError)
+        headers: dict[str, str] = {}
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after is not None:
+            headers["Retry-After"] = str(retry_after)
+        return _error(exc.status_code, exc.detail, exc.code, headers)
+
+    async def on_http_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        code = _STATUS_CODES.get(exc.status_code, "error")
+        detail = exc.detail if isinstance(exc.detail, str) else "Request failed."
+        return _error(exc.status_code, detail, code, dict(exc.headers or {}))
+
+    async def on_validation_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        # FastAPI's shape, less `input` and `ctx`: they echo what was sent, passwords too.
+        errors = [
+            {"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": e.get("msg")}
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": errors}, status_code=422)
+
+    async def on_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+        if (
+            isinstance(exc, DBAPIError)
+            and not isinstance(exc, OperationalError | InterfaceError)
+            and not exc.connection_invalidated
+        ):
+            return await on_unexpected(_request, exc)
+        logger.error("dependency unavailable: %s", type(exc).__name__)
+        err = ServiceUnavailable()
+        return _error(err.status_code, err.detail, err.code, {"Retry-After": str(err.retry_after)})
+
+    async def on_unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        logger.error("unhandled %s", type(exc).__name__, exc_info=exc)
+        return _error(500, "Internal server error.", "internal_error")
+
+    app.add_exception_handler(AuthError, on_auth_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    for exc_type in (*_UNAVAILABLE, DBAPIError):
+        app.add_exception_handler(exc_type, on_unavailable)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+class RequestGuard:
+    """Pure ASGI middleware: request id and event context, and the body size cap.
+
+    The cap is checked on `Content-Length` before anything is read and again while a body of
+    unknown length streams in, so no handler ever parses more than `max_body_bytes`.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        given_id = headers.get(b"x-request-id", b"").decode("latin-1")
+        request_id = given_id if _REQUEST_ID.match(given_id) else secrets.token_hex(8)
+        client = scope.get("client")
+        user_agent = headers.get(b"user-agent", b"").decode("latin-1")
+        token = events.request_context.set(
+            events.RequestContext(request_id, client[0] if client else None, user_agent or None)
+        )
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                extra = [
+                    (b"x-request-id", request_id.encode()),
+                    (b"x-content-type-options", b"nosniff"),
+                ]
+                message["headers"] = list(message.get("headers", [])) + extra
+            await send(message)
+
+        try:
+            length = headers.get(b"content-length")
+            if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+                err = PayloadTooLarge() if length.isdigit() else None
+                response = (
+                    _error(413, err.detail, err.code)
+                    if err
+                    else _error(400, "Invalid Content-Length header.", "bad_request")
+                )
+                await response(scope, receive, send_with_id)
+                return
+            received = 0
+
+            async def limited_receive() -> Message:
+                nonlocal received
+                message = await receive()
+                if message["type"] == "http.request":
+                    received += len(message.get("body", b""))
+                    if received > self.max_body_bytes:
+                        raise PayloadTooLarge()
+                return message
+
+            await self.app(scope, limited_receive, send_with_id)
+        finally:
+            events.request_context.reset(token)

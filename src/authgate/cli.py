@@ -1,0 +1,233 @@
+"""The `authgate` command: serve | db upgrade | users … | purge.
+
+Exit codes: 0 success, 1 a failure the user can act on (one line on stderr, no traceback),
+2 usage. Every command reads the same configuration as `serve` (the environment).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+from pydantic import ValidationError
+
+from authgate.config import AuthConfig, ensure_secret_key
+
+__all__ = ["main"]
+
+T = TypeVar("T")
+
+
+def _config() -> AuthConfig:
+    try:
+        return ensure_secret_key(AuthConfig())
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors()
+        )
+        raise click.ClickException(f"invalid configuration: {problems}") from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot prepare the data directory: {exc.strerror}") from None
+
+
+def _run(work: Callable[[Any], Awaitable[T]]) -> T:
+    """Build authgate's services, apply migrations, run `work(gate)`, close everything."""
+    from authgate.app import AuthGate
+    from authgate.db import upgrade_schema
+
+    async def runner() -> T:
+        gate = AuthGate(_config())
+        try:
+            await upgrade_schema(gate.services.db)
+            return await work(gate)
+        finally:
+            await gate.cache.aclose()
+            await gate.services.db.dispose()
+
+    try:
+        return asyncio.run(runner())
+    except click.ClickException:
+        raise
+    except (OSError, TimeoutError) as exc:
+        raise click.ClickException(f"cannot reach the database: {type(exc).__name__}") from None
+    except Exception as exc:
+        from sqlalchemy.exc import DBAPIError
+
+        if isinstance(exc, DBAPIError):
+            raise click.ClickException(
+                f"database error: {type(exc.orig).__name__ if exc.orig else type(exc).__name__}"
+            ) from None
+        if isinstance(exc, ValueError):
+            raise click.ClickException(str(exc)) from None
+        raise
+
+
+@click.group()
+@click.version_option(package_name="authgate")
+def main() -> None:
+    """authgate: email-and-password authentication service."""
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64))
+def serve(host: str, port: int, workers: int) -> None:
+    """Start the HTTP service (migrates the database first)."""
+    import uvicorn
+
+    config = _config()
+    _run(lambda gate: asyncio.sleep(0))  # migrations, once, before any worker starts
+    logging.getLogger("authgate").info("serving with %s", config.describe())
+    uvicorn.run(
+        "authgate.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_config=_log_config(),
+        proxy_headers=False,
+        server_header=False,
+    )
+
+
+def _log_config() -> dict[str, Any]:
+    from uvicorn.config import LOGGING_CONFIG
+
+    cfg = copy.deepcopy(LOGGING_CONFIG)
+    cfg["formatters"]["authgate"] = {"()": "authgate.events.JsonFormatter"}
+    cfg["handlers"]["authgate"] = {
+        "formatter": "authgate",
+        "class": "logging.StreamHandler",
+        "stream": "ext://sys.stderr",
+    }
+    cfg["loggers"]["authgate"] = {"handlers": ["authgate"], "level": "INFO", "propagate": False}
+    return cfg
+
+
+@main.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Apply pending schema migrations."""
+    from authgate.db import upgrade_schema
+
+    async def work(gate: Any) -> bool:
+        return await upgrade_schema(gate.services.db)
+
+    _run(work)
+    click.echo("database schema is up to date")
+
+
+@main.group()
+def users() -> None:
+    """Manage user accounts."""
+
+
+@users.command("create")
+@click.argument("email")
+@click.option("--superuser", is_flag=True, help="Grant is_superuser.")
+@click.option("--verified", is_flag=True, help="Mark the email as verified.")
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+def users_create(email: str, superuser: bool, verified: bool, password_stdin: bool) -> None:
+    """Create a user (prompts for the password)."""
+    from authgate.emails import EmailProblem, canonical_email
+    from authgate.errors import EmailTaken
+    from authgate.passwords import normalise, password_problem
+
+    try:
+        canonical_email(email)
+    except EmailProblem as exc:
+        raise click.ClickException(f"invalid email address: {exc}") from None
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    password = normalise(password)
+    problem = password_problem(password)
+    if problem is not None:
+        raise click.ClickException(problem)
+
+    async def work(gate: Any) -> Any:
+        try:
+            return await gate.accounts.register(
+                email, password, is_superuser=superuser, email_verified=verified
+            )
+        except EmailTaken:
+            raise click.ClickException("a user with this email already exists") from None
+
+    user = _run(work)
+    click.echo(f"created user {user.id} <{user.email}>")
+
+
+def _set_active(email: str, active: bool) -> None:
+    async def work(gate: Any) -> Any:
+        return await gate.accounts.set_active(email, active)
+
+    user = _run(work)
+    if user is None:
+        raise click.ClickException(f"no user with email {email}")
+    state = "activated" if active else "deactivated (all sessions revoked)"
+    click.echo(f"user {user.id} <{user.email}> {state}")
+
+
+@users.command("deactivate")
+@click.argument("email")
+def users_deactivate(email: str) -> None:
+    """Deactivate a user and revoke all of their sessions."""
+    _set_active(email, False)
+
+
+@users.command("activate")
+@click.argument("email")
+def users_activate(email: str) -> None:
+    """Re-activate a user."""
+    _set_active(email, True)
+
+
+@users.command("list")
+def users_list() -> None:
+    """Print a table of users."""
+
+    async def work(gate: Any) -> Any:
+        return await gate.accounts.list_users()
+
+    rows = [
+        (
+            str(u.id),
+            u.email,
+            _yn(u.is_active),
+            _yn(u.is_superuser),
+            _yn(u.email_verified),
+            u.created_at.strftime("%Y-%m-%d %H:%M"),
+        )
+        for u in _run(work)
+    ]
+    header = ("ID", "EMAIL", "ACTIVE", "SUPERUSER", "VERIFIED", "CREATED (UTC)")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _yn(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+@main.command()
+def purge() -> None:
+    """Delete expired and spent tokens and finished sessions."""
+
+    async def work(gate: Any) -> tuple[int, int]:
+        result: tuple[int, int] = await gate.accounts.purge()
+        return result
+
+    sessions, one_time = _run(work)
+    click.echo(f"purged {sessions} session and refresh-token rows, {one_time} one-time tokens")

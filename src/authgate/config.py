@@ -1,0 +1,190 @@
+"""Configuration: one `AuthConfig`, built once at the edge and passed down.
+
+Environment variables are the contract's (section 3): `DATABASE_URL` and `CACHE_URL` as
+they are, everything else prefixed `AUTHGATE_`. Library users pass the same fields as
+keyword arguments, plus the two sender callables that have no environment form.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["AuthConfig", "SenderFn", "ensure_secret_key"]
+
+logger = logging.getLogger("authgate")
+
+#: `fn(email, token)`, plain or async, that delivers a reset or verification token.
+SenderFn = Callable[[str, str], Awaitable[None] | None]
+
+#: Shorter keys are refused: HS256 and the CSRF HMAC want at least 256 bits of key.
+MIN_SECRET_KEY_LENGTH = 32
+SECRET_KEY_FILE = "secret_key"  # noqa: S105 - a file name
+
+
+class AuthConfig(BaseSettings):
+    """Every setting of authgate. Unknown environment variables are ignored."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AUTHGATE_",
+        extra="ignore",
+        populate_by_name=True,
+        validate_default=True,
+    )
+
+    database_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("database_url", "DATABASE_URL")
+    )
+    cache_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("cache_url", "CACHE_URL")
+    )
+    data_dir: Path = Path(".authgate")
+    prefix: str = "/auth"
+    secret_key: SecretStr | None = None
+
+    access_ttl: int = Field(default=900, gt=0)
+    refresh_ttl: int = Field(default=1_209_600, gt=0)
+    session_max_age: int = Field(default=2_592_000, ge=0)
+    reset_ttl: int = Field(default=3600, gt=0)
+    verify_ttl: int = Field(default=86_400, gt=0)
+
+    smtp_url: SecretStr | None = None
+    smtp_timeout: float = Field(default=10.0, gt=0)
+    mail_from: str = "authgate@localhost"
+    public_url: str = "http://127.0.0.1:8000"
+    reset_path: str = "/reset-password"
+    verify_path: str = "/verify-email"
+
+    cookie_secure: bool = True
+    cookie_samesite: Literal["lax", "strict", "none"] = "lax"
+    cookie_domain: str | None = None
+
+    rate_limits: bool = True
+    cache_prefix: str = "authgate:"
+
+    jwt_issuer: str = "authgate"
+    jwt_audience: str = "authgate"
+
+    #: Largest request body accepted, in bytes; larger bodies get 413 before parsing.
+    max_body_bytes: int = Field(default=16_384, gt=0)
+    #: Apply pending migrations when the application starts.
+    auto_migrate: bool = True
+    #: SQLAlchemy pool for PostgreSQL, per worker process.
+    db_pool_size: int = Field(default=10, gt=0)
+    db_max_overflow: int = Field(default=5, ge=0)
+    db_timeout: float = Field(default=5.0, gt=0)
+
+    password_reset_send_fn: SenderFn | None = Field(default=None, exclude=True)
+    email_verify_send_fn: SenderFn | None = Field(default=None, exclude=True)
+
+    @field_validator("prefix")
+    @classmethod
+    def _normalise_prefix(cls, value: str) -> str:
+        value = value.strip()
+        if value in ("", "/"):
+            return ""
+        if not value.startswith("/"):
+            value = "/" + value
+        return value.rstrip("/")
+
+    @field_validator("public_url")
+    @classmethod
+    def _strip_public_url(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @field_validator("secret_key")
+    @classmethod
+    def _check_secret_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_SECRET_KEY_LENGTH:
+            # The message names the rule, never the value.
+            raise ValueError(
+                f"AUTHGATE_SECRET_KEY must be at least {MIN_SECRET_KEY_LENGTH} characters; "
+                "generate one with: python -c 'import secrets; print(secrets.token_urlsafe(48))'"
+            )
+        return value
+
+    @field_validator("database_url", "cache_url", "cookie_domain")
+    @classmethod
+    def _empty_is_unset(cls, value: str | None) -> str | None:
+        return value or None
+
+    @property
+    def embedded(self) -> bool:
+        """True when no `DATABASE_URL` is set: the SQLite development setup."""
+        return self.database_url is None
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.data_dir / "authgate.sqlite3"
+
+    def secret(self) -> bytes:
+        """The key material; `ensure_secret_key` must have run when none was configured."""
+        if self.secret_key is None:
+            raise RuntimeError("secret key not loaded; call ensure_secret_key(config) first")
+        return self.secret_key.get_secret_value().encode()
+
+    def describe(self) -> dict[str, Any]:
+        """Settings safe to log: no secret, no password in a URL."""
+        return {
+            "database": _redact_url(self.database_url) if self.database_url else "embedded sqlite",
+            "cache": _redact_url(self.cache_url) if self.cache_url else "in-process memory",
+            "prefix": self.prefix or "/",
+            "smtp": "configured" if self.smtp_url else "not configured",
+        }
+
+
+def _redact_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "<unparseable url>"
+    _creds, at, host = rest.rpartition("@")
+    return f"{scheme}://{'***@' if at else ''}{host}"
+
+
+def ensure_secret_key(config: AuthConfig) -> AuthConfig:
+    """Return `config` with a secret key, generating one in the data dir when none is set.
+
+    The key file is created with O_EXCL and mode 0600, so when several workers start at once
+    exactly one writes it and the others read that one. A key that is set explicitly is used
+    as it is and nothing is written.
+    """
+    if config.secret_key is not None:
+        return config
+    path = config.data_dir / SECRET_KEY_FILE
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = _read_key_file(path)
+    else:
+        key = secrets.token_urlsafe(48)
+        tmp = key.encode()
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(tmp)
+            fh.flush()
+            os.fsync(fh.fileno())
+        logger.warning(
+            "generated a new secret key in %s (development setup); "
+            "set AUTHGATE_SECRET_KEY in production",
+            path,
+        )
+    return config.model_copy(update={"secret_key": SecretStr(key)})
+
+
+def _read_key_file(path: Path) -> str:
+    # Another worker may have created the file a moment ago and still be writing it.
+    import time
+
+    for _ in range(50):
+        key = path.read_text().strip()
+        if len(key) >= MIN_SECRET_KEY_LENGTH:
+            return key
+        time.sleep(0.02)
+    raise RuntimeError(f"the secret key file {path} is empty or too short; delete it to regenerate")

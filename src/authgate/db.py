@@ -1,0 +1,220 @@
+"""The database: engine from a URL, short transactions, migrations under a lock.
+
+Transactions are short and explicit (`async with db.write() as s:`) rather than one per
+request, because login and password changes spend ~50 ms hashing and no database lock may
+be held over that. Stores only flush; the `write()`/`read()` block commits or rolls back.
+
+SQLite (the embedded default) allows one writer. Writes take `BEGIN IMMEDIATE`, so a
+transaction never has to upgrade a read lock (which fails at once with "database is
+locked" instead of waiting), and inside one process they queue on an asyncio lock rather
+than on SQLite's busy handler; across processes the busy timeout does the queueing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from authgate.config import AuthConfig
+
+__all__ = ["Database", "database_url", "upgrade_schema"]
+
+logger = logging.getLogger("authgate")
+
+SQLITE_BUSY_TIMEOUT_S = 30.0
+# Arbitrary but fixed: the key of the PostgreSQL advisory lock held while migrating.
+MIGRATION_LOCK_KEY = 0x61757468_67617465 & 0x7FFFFFFFFFFFFFFF
+
+
+def database_url(config: AuthConfig) -> URL:
+    """The SQLAlchemy URL for the configured database, with its async driver."""
+    if config.database_url is None:
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        return URL.create("sqlite+aiosqlite", database=str(config.sqlite_path.resolve()))
+    raw = config.database_url
+    if raw.startswith("postgres://"):  # Heroku-style spelling
+        raw = "postgresql://" + raw[len("postgres://") :]
+    url = make_url(raw)
+    backend = url.get_backend_name()
+    if backend == "postgresql":
+        query = dict(url.query)
+        # asyncpg spells libpq's sslmode as ssl.
+        if "sslmode" in query:
+            query["ssl"] = query.pop("sslmode")
+        return url.set(drivername="postgresql+asyncpg", query=query)
+    if backend == "sqlite":
+        return url.set(drivername="sqlite+aiosqlite")
+    raise ValueError(f"unsupported DATABASE_URL scheme {backend!r}: use postgresql:// or sqlite://")
+
+
+class Database:
+    def __init__(self, config: AuthConfig) -> None:
+        self.url = database_url(config)
+        self.is_sqlite = self.url.get_backend_name() == "sqlite"
+        engine_args: dict[str, Any] = {
+            # Parameters may be password hashes or token digests: keep them out of errors.
+            "hide_parameters": True,
+            "pool_pre_ping": False,
+        }
+        if self.is_sqlite:
+            engine_args["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
+        else:
+            engine_args.update(
+                pool_size=config.db_pool_size,
+                max_overflow=config.db_max_overflow,
+                pool_timeout=config.db_timeout,
+                pool_recycle=1800,
+                connect_args={
+                    "timeout": config.db_timeout,
+                    "command_timeout": max(config.db_timeout, 10.0),
+                    "server_settings": {"application_name": "authgate"},
+                },
+            )
+        self.engine: AsyncEngine = create_async_engine(self.url, **engine_args)
+        if self.is_sqlite:
+            _configure_sqlite(self.engine)
+        self._sessions = async_sessionmaker(self.engine, expire_on_commit=False, autoflush=False)
+        self._write_lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """A read-write transaction, committed when the block ends without error."""
+        if self.is_sqlite:
+            async with self._write_lock, self._transaction("BEGIN IMMEDIATE") as session:
+                yield session
+        else:
+            async with self._transaction(None) as session:
+                yield session
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        """A read-only transaction (a consistent snapshot; never takes SQLite's write lock)."""
+        async with self._transaction("BEGIN" if self.is_sqlite else None) as session:
+            yield session
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, begin_sql: str | None) -> AsyncIterator[AsyncSession]:
+        async with self._sessions() as session:
+            if begin_sql is not None:
+                conn = await session.connection()
+                await conn.exec_driver_sql(begin_sql)
+            try:
+                yield session
+            except BaseException:
+                await session.rollback()
+                raise
+            else:
+                await session.commit()
+
+    async def ping(self) -> None:
+        async with self.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let us issue BEGIN ourselves (IMMEDIATE for writes) instead of pysqlite's
+        # implicit deferred BEGIN.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cursor.close()
+
+
+# --- migrations -------------------------------------------------------------------------
+
+
+def _alembic_config(connection: Connection) -> Any:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def _upgrade(connection: Connection) -> None:
+    from alembic import command
+
+    command.upgrade(_alembic_config(connection), "head")
+
+
+def _current_and_head(connection: Connection) -> tuple[str | None, str | None]:
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from authgate.migrations import VERSION_TABLE
+
+    script = ScriptDirectory.from_config(_alembic_config(connection))
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision(), script.get_current_head()
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+async def upgrade_schema(db: Database) -> bool:
+    """Apply pending migrations; True when any ran.
+
+    Safe when many workers or hosts start at once: PostgreSQL holds a session-level advisory
+    lock around the check and the upgrade, SQLite a file lock beside the database file, so
+    one process migrates and the others find the schema at head.
+    """
+    if db.is_sqlite:
+        db_file = Path(db.url.database or "authgate.sqlite3")
+        lock = _file_lock(db_file.with_name(db_file.name + ".migrate-lock"))
+        # The file lock blocks; take it off the event loop.
+        await asyncio.to_thread(lock.__enter__)
+        try:
+            return await _upgrade_locked(db)
+        finally:
+            lock.__exit__(None, None, None)
+    async with db.engine.connect() as conn:
+        await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+        await conn.commit()
+        try:
+            return await _upgrade_locked(db)
+        finally:
+            await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK_KEY})
+            await conn.commit()
+
+
+async def _upgrade_locked(db: Database) -> bool:
+    async with db.engine.connect() as conn:
+        current, head = await conn.run_sync(_current_and_head)
+        if current == head:
+            await conn.rollback()
+            return False
+        logger.info("migrating database schema from %s to %s", current or "empty", head)
+        await conn.run_sync(_upgrade)
+        await conn.commit()
+        return True

@@ -1,0 +1,51 @@
+"""Request dependencies: the client address and the authenticated user."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+from fastapi import Depends, Request
+
+from authgate.errors import NotAuthenticated
+from authgate.models import User
+from authgate.transport import UNSAFE_METHODS, access_token_from, require_csrf_header
+
+if TYPE_CHECKING:
+    from authgate.app import AuthGate
+
+__all__ = ["CurrentUser", "client_ip", "current_user", "gate_of"]
+
+
+def gate_of(request: Request) -> AuthGate:
+    gate: AuthGate | None = getattr(request.app.state, "authgate", None)
+    if gate is None:
+        raise RuntimeError("authgate is not installed on this application; call gate.install(app)")
+    return gate
+
+
+def client_ip(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+async def current_user(request: Request) -> User:
+    """The active user behind the request's access token.
+
+    The token comes from `Authorization: Bearer` or, failing that, the `svc_access_token`
+    cookie. A cookie-authenticated unsafe request must also carry `X-CSRF-Token` equal to the
+    `svc_csrf_token` cookie and bound to the same session (signed double submit), else 403.
+    """
+    token, via_cookie = access_token_from(request)
+    if token is None:
+        raise NotAuthenticated()
+    gate = gate_of(request)
+    user, claims = await gate.sessions.authenticate(token)
+    if via_cookie and request.method in UNSAFE_METHODS:
+        csrf = require_csrf_header(request)
+        if not gate.services.keys.check_csrf(csrf, claims.session_id):
+            from authgate.errors import CsrfFailed
+
+            raise CsrfFailed()
+    return user
+
+
+CurrentUser = Annotated[User, Depends(current_user)]

@@ -1,0 +1,152 @@
+"""Errors that carry their own wire format.
+
+Every error the service raises on purpose is an `AuthError`; the HTTP edge renders it as
+`{"detail": error.detail, "code": error.code}` with `error.status_code`. Messages are fixed
+strings: no message ever interpolates a secret, a token or a password.
+
+    AuthError
+    ├── BadRequest (400)
+    │   └── InvalidOneTimeToken          invalid_token
+    ├── Unauthorized (401)
+    │   ├── InvalidCredentials           invalid_credentials
+    │   ├── NotAuthenticated             not_authenticated
+    │   ├── InvalidRefreshToken          invalid_refresh_token
+    │   └── RefreshTokenReused           refresh_token_reused
+    ├── Forbidden (403)
+    │   └── CsrfFailed                   csrf_failed
+    ├── Conflict (409)
+    │   └── EmailTaken                   email_taken
+    ├── PayloadTooLarge (413)            payload_too_large
+    ├── PasswordRejected (422)           password_rejected
+    ├── RateLimited (429)                rate_limited
+    ├── NotConfigured (501)              not_configured
+    └── ServiceUnavailable (503)         service_unavailable
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthError",
+    "BadRequest",
+    "Conflict",
+    "CsrfFailed",
+    "EmailTaken",
+    "Forbidden",
+    "InvalidCredentials",
+    "InvalidOneTimeToken",
+    "InvalidRefreshToken",
+    "NotAuthenticated",
+    "NotConfigured",
+    "PasswordRejected",
+    "PayloadTooLarge",
+    "RateLimited",
+    "RefreshTokenReused",
+    "ServiceUnavailable",
+    "Unauthorized",
+]
+
+
+class AuthError(Exception):
+    status_code: int = 400
+    code: str = "bad_request"
+    detail: str = "Bad request."
+
+    def __init__(self, detail: str | None = None) -> None:
+        if detail is not None:
+            self.detail = detail
+        super().__init__(self.detail)
+
+
+class BadRequest(AuthError):
+    pass
+
+
+class InvalidOneTimeToken(BadRequest):
+    code = "invalid_token"
+    detail = "The token is invalid, expired or already used."
+
+
+class Unauthorized(AuthError):
+    status_code = 401
+    code = "not_authenticated"
+    detail = "Not authenticated."
+
+
+class InvalidCredentials(Unauthorized):
+    # One message for an unknown email, a wrong password and an inactive account.
+    code = "invalid_credentials"
+    detail = "Invalid email or password."
+
+
+class NotAuthenticated(Unauthorized):
+    pass
+
+
+class InvalidRefreshToken(Unauthorized):
+    code = "invalid_refresh_token"
+    detail = "The refresh token is invalid, expired or revoked."
+
+
+class RefreshTokenReused(Unauthorized):
+    code = "refresh_token_reused"
+    detail = "The refresh token was already used; the session has been revoked."
+
+
+class Forbidden(AuthError):
+    status_code = 403
+    code = "forbidden"
+    detail = "Forbidden."
+
+
+class CsrfFailed(Forbidden):
+    code = "csrf_failed"
+    detail = "Missing or invalid CSRF token."
+
+
+class Conflict(AuthError):
+    status_code = 409
+    code = "conflict"
+    detail = "Conflict."
+
+
+class EmailTaken(Conflict):
+    code = "email_taken"
+    detail = "This email is already registered."
+
+
+class PayloadTooLarge(AuthError):
+    status_code = 413
+    code = "payload_too_large"
+    detail = "The request body is too large."
+
+
+class PasswordRejected(AuthError):
+    status_code = 422
+    code = "password_rejected"
+    detail = "The password does not meet the password rules."
+
+
+class RateLimited(AuthError):
+    status_code = 429
+    code = "rate_limited"
+    detail = "Too many requests; try again later."
+
+    def __init__(self, retry_after: int, detail: str | None = None) -> None:
+        self.retry_after = max(1, retry_after)
+        super().__init__(detail)
+
+
+class NotConfigured(AuthError):
+    status_code = 501
+    code = "not_configured"
+    detail = "This feature is not configured."
+
+
+class ServiceUnavailable(AuthError):
+    status_code = 503
+    code = "service_unavailable"
+    detail = "The service is temporarily unavailable; try again shortly."
+
+    def __init__(self, detail: str | None = None, retry_after: int = 1) -> None:
+        self.retry_after = retry_after
+        super().__init__(detail)

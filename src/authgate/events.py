@@ -1,0 +1,86 @@
+"""Security events: one structured log record per security-relevant step.
+
+Every record goes to the `authgate.events` logger with the message set to the event name and
+`record.authgate` set to a flat dict of fixed keys:
+
+    event       registered | login_succeeded | login_failed | refreshed | refresh_reused |
+                logged_out | password_reset_requested | password_reset_completed |
+                verification_requested | verification_completed | deactivated | activated
+    outcome     success | failure
+    user_id     the account concerned, when known
+    session_id  the token family, when one is concerned (an identifier, not a credential)
+    reason      a fixed word for failures (unknown_email, wrong_password, inactive, ...)
+    request_id, client_ip, user_agent   from the HTTP request, when there is one
+
+No value is ever a password, token or token digest: callers pass only the fields above.
+`JsonFormatter` writes each record as one JSON line.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["JsonFormatter", "RequestContext", "emit", "request_context"]
+
+logger = logging.getLogger("authgate.events")
+
+
+class RequestContext:
+    __slots__ = ("client_ip", "request_id", "user_agent")
+
+    def __init__(self, request_id: str, client_ip: str | None, user_agent: str | None) -> None:
+        self.request_id = request_id
+        self.client_ip = client_ip
+        self.user_agent = user_agent
+
+
+request_context: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(
+    "authgate_request_context", default=None
+)
+
+
+def emit(
+    event: str,
+    *,
+    outcome: str = "success",
+    user_id: int | None = None,
+    session_id: str | None = None,
+    reason: str | None = None,
+) -> None:
+    record: dict[str, Any] = {"event": event, "outcome": outcome}
+    if user_id is not None:
+        record["user_id"] = user_id
+    if session_id is not None:
+        record["session_id"] = session_id
+    if reason is not None:
+        record["reason"] = reason
+    ctx = request_context.get()
+    if ctx is not None:
+        record["request_id"] = ctx.request_id
+        record["client_ip"] = ctx.client_ip
+        record["user_agent"] = (ctx.user_agent or "")[:256]
+    level = logging.INFO if outcome == "success" else logging.WARNING
+    logger.log(level, event, extra={"authgate": record})
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and any `authgate` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, "authgate", None)
+        if isinstance(fields, dict):
+            out.update(fields)
+        if record.exc_info and record.exc_info[0] is not None:
+            # Only the exception's type: messages of driver errors may quote SQL values.
+            out["exception"] = record.exc_info[0].__name__
+        return json.dumps(out, default=str)

@@ -1,0 +1,126 @@
+"""Tables. Every name carries the `authgate_` prefix so the tables can live in a database
+that the host application shares (its own Alembic history included)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    TypeDecorator,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["Base", "OneTimeToken", "RefreshToken", "Session", "User"]
+
+# BigInteger primary keys, but SQLite only auto-increments a column declared INTEGER.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in Python on every backend.
+
+    PostgreSQL stores `timestamptz`; SQLite has no time zones, so naive UTC is stored and
+    comparisons in SQL stay correct because every value is written in the same zone.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class User(Base):
+    __tablename__ = "authgate_users"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    #: The address as the user wrote it (domain normalised by email-validator).
+    email: Mapped[str] = mapped_column(String(320))
+    #: Lower-cased address: emails are unique and matched without regard to case.
+    email_key: Mapped[str] = mapped_column(String(320), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    is_superuser: Mapped[bool] = mapped_column(Boolean, default=False)
+    email_verified: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Session(Base):
+    """A token family: every refresh token rotated from one login, and its access tokens."""
+
+    __tablename__ = "authgate_sessions"
+
+    #: Random 128-bit id, the `sid` claim of the access tokens.
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("authgate_users.id", ondelete="CASCADE"), index=True
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: Absolute end of the family (AUTHGATE_SESSION_MAX_AGE); NULL when unlimited.
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    revoke_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+
+
+class RefreshToken(Base):
+    __tablename__ = "authgate_refresh_tokens"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("authgate_sessions.id", ondelete="CASCADE"), index=True
+    )
+    #: SHA-256 of the token; the token itself is never stored.
+    digest: Mapped[bytes] = mapped_column(LargeBinary(32), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    #: Set when the token is rotated; a second use is reuse.
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class OneTimeToken(Base):
+    """Password-reset and email-verification tokens."""
+
+    __tablename__ = "authgate_one_time_tokens"
+    __table_args__ = (Index("ix_authgate_one_time_tokens_user_purpose", "user_id", "purpose"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("authgate_users.id", ondelete="CASCADE"))
+    purpose: Mapped[str] = mapped_column(String(16))
+    digest: Mapped[bytes] = mapped_column(LargeBinary(32), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

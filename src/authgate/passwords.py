@@ -1,0 +1,90 @@
+"""Password rules and argon2id hashing, off the event loop.
+
+Rules (interface §8, contract §4): at least 8 characters and at most 72 bytes of UTF-8, any
+characters, never truncated. Passwords are NFKC-normalised first, on every path (register,
+login, reset), so the same password typed on two keyboards is the same password.
+"""
+
+from __future__ import annotations
+
+import secrets
+import unicodedata
+
+import anyio
+import anyio.to_thread
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+
+__all__ = ["MAX_PASSWORD_BYTES", "MIN_PASSWORD_CHARS", "PasswordHashing", "password_problem"]
+
+MIN_PASSWORD_CHARS = 8
+MAX_PASSWORD_BYTES = 72
+
+# OWASP Password Storage Cheat Sheet, argon2id minimum: m=19 MiB, t=2, p=1.
+ARGON2_MEMORY_KIB = 19_456
+ARGON2_TIME_COST = 2
+ARGON2_PARALLELISM = 1
+
+
+def normalise(password: str) -> str:
+    return unicodedata.normalize("NFKC", password)
+
+
+def password_problem(password: str) -> str | None:
+    """Why a new password is refused, or None. Expects the normalised password."""
+    if len(password) < MIN_PASSWORD_CHARS:
+        return f"The password must be at least {MIN_PASSWORD_CHARS} characters long."
+    try:
+        size = len(password.encode("utf-8"))
+    except UnicodeEncodeError:  # lone surrogates cannot be stored or typed again
+        return "The password contains characters that cannot be encoded."
+    if size > MAX_PASSWORD_BYTES:
+        return f"The password must be at most {MAX_PASSWORD_BYTES} bytes in UTF-8."
+    return None
+
+
+class PasswordHashing:
+    """argon2id with fixed parameters; every hash and verify runs in a worker thread.
+
+    `limiter` bounds how many hashes run at once (argon2 at these parameters is CPU- and
+    memory-bound; more threads than cores only adds latency).
+    """
+
+    def __init__(
+        self,
+        *,
+        memory_cost: int = ARGON2_MEMORY_KIB,
+        time_cost: int = ARGON2_TIME_COST,
+        parallelism: int = ARGON2_PARALLELISM,
+        max_concurrency: int | None = None,
+    ) -> None:
+        self._hasher = PasswordHasher(
+            time_cost=time_cost, memory_cost=memory_cost, parallelism=parallelism
+        )
+        import os
+
+        self._limiter = anyio.CapacityLimiter(max_concurrency or os.cpu_count() or 1)
+        # A real hash of a random password: login for an unknown email verifies against it,
+        # so it costs exactly what a wrong password for a known email costs.
+        self._dummy_hash = self._hasher.hash(secrets.token_urlsafe(16))
+
+    async def hash(self, password: str) -> str:
+        return await anyio.to_thread.run_sync(self._hasher.hash, password, limiter=self._limiter)
+
+    async def verify(self, stored_hash: str | None, password: str) -> bool:
+        """True when `password` matches; with `stored_hash=None` does the same work, False."""
+        target = stored_hash if stored_hash is not None else self._dummy_hash
+        ok = await anyio.to_thread.run_sync(self._verify, target, password, limiter=self._limiter)
+        return ok and stored_hash is not None
+
+    def needs_rehash(self, stored_hash: str) -> bool:
+        try:
+            return self._hasher.check_needs_rehash(stored_hash)
+        except InvalidHashError:
+            return True
+
+    def _verify(self, stored_hash: str, password: str) -> bool:
+        try:
+            return self._hasher.verify(stored_hash, password)
+        except (VerifyMismatchError, VerificationError, InvalidHashError):
+            return False

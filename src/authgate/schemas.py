@@ -1,0 +1,125 @@
+"""Request and response bodies (interface.md §2), nothing else."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from authgate.emails import MAX_EMAIL_LENGTH, EmailProblem, canonical_email
+from authgate.passwords import normalise, password_problem
+
+__all__ = [
+    "EmailVerificationRequest",
+    "ErrorResponse",
+    "HealthResponse",
+    "LoginRequest",
+    "LogoutRequest",
+    "MessageResponse",
+    "PasswordResetConfirm",
+    "PasswordResetRequest",
+    "ReadinessResponse",
+    "RefreshRequest",
+    "RegisterRequest",
+    "TokenResponse",
+    "UserResponse",
+]
+
+# Generous caps: long enough for any real value, short enough that nothing expensive (argon2,
+# a database lookup) ever runs on megabytes of attacker input.
+EmailField = Annotated[
+    str, Field(max_length=MAX_EMAIL_LENGTH, json_schema_extra={"format": "email"})
+]
+SecretField = Annotated[str, Field(max_length=1024)]
+TokenField = Annotated[str, Field(min_length=1, max_length=512)]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore", str_strip_whitespace=False)
+
+
+def _new_password(value: str) -> str:
+    value = normalise(value)
+    problem = password_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+class RegisterRequest(_Request):
+    email: EmailField
+    password: SecretField = Field(
+        description="At least 8 characters and at most 72 bytes of UTF-8 (after NFKC)."
+    )
+
+    @field_validator("email")
+    @classmethod
+    def _valid_email(cls, value: str) -> str:
+        try:
+            return canonical_email(value)[0]
+        except EmailProblem as exc:
+            raise ValueError(f"Invalid email address: {exc}") from None
+
+    _password = field_validator("password")(_new_password)
+
+
+class LoginRequest(_Request):
+    email: EmailField
+    password: SecretField
+
+
+class RefreshRequest(_Request):
+    refresh_token: TokenField
+
+
+class LogoutRequest(_Request):
+    refresh_token: TokenField
+
+
+class PasswordResetRequest(_Request):
+    email: EmailField
+
+
+class PasswordResetConfirm(_Request):
+    token: TokenField
+    new_password: SecretField
+
+    _password = field_validator("new_password")(_new_password)
+
+
+class EmailVerificationRequest(_Request):
+    token: TokenField
+
+
+class UserResponse(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    email: str
+    is_active: bool
+    is_superuser: bool
+    email_verified: bool
+
+
+class TokenResponse(BaseModel):
+    access_token: str
+    refresh_token: str
+    token_type: Literal["bearer"] = "bearer"  # noqa: S105 - the scheme name
+
+
+class MessageResponse(BaseModel):
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    detail: str
+    code: str
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class ReadinessResponse(BaseModel):
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, dict[str, Any]]

@@ -1,0 +1,79 @@
+"""What the flows share: the resources they run on, the clock, and background work.
+
+The service layer imports no web framework; `routes.py` translates HTTP to these calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from authgate.config import AuthConfig
+from authgate.db import Database
+from authgate.mail import MailSender, Purpose
+from authgate.passwords import PasswordHashing
+from authgate.ratelimit import RateLimiter
+from authgate.tokens import Keys
+
+__all__ = ["Background", "Clock", "Services", "utcnow"]
+
+logger = logging.getLogger("authgate")
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Background:
+    """Fire-and-forget work that must not shape the answer (mail after a reset request).
+
+    Tasks are kept referenced until done, bounded in number, and awaited at shutdown.
+    """
+
+    def __init__(self, max_pending: int = 1000) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._max_pending = max_pending
+
+    def spawn(self, coro: Coroutine[Any, Any, None], what: str) -> None:
+        if len(self._tasks) >= self._max_pending:
+            coro.close()
+            logger.error("background queue full; dropped %s", what)
+            return
+        task = asyncio.create_task(self._run(coro, what))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, coro: Coroutine[Any, Any, None], what: str) -> None:
+        try:
+            await coro
+        except Exception as exc:
+            # The type only: an SMTP or driver error message may quote what was sent.
+            logger.error("background %s failed: %s", what, type(exc).__name__)
+
+    async def drain(self, wait_s: float = 10.0) -> None:
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=wait_s)
+
+    @property
+    def pending(self) -> int:
+        return len(self._tasks)
+
+
+@dataclass
+class Services:
+    """Everything a flow needs, built once by the composition root (`app.py`, `cli.py`)."""
+
+    config: AuthConfig
+    db: Database
+    keys: Keys
+    hashing: PasswordHashing
+    limiter: RateLimiter
+    senders: dict[Purpose, MailSender | None]
+    background: Background
+    clock: Clock = utcnow

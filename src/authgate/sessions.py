@@ -1,0 +1,210 @@
+"""Sessions: login, refresh (rotation with reuse detection), logout, and authenticating an
+access token. A session is a token family: one login and every token rotated from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from authgate import events
+from authgate.emails import login_key
+from authgate.errors import (
+    CsrfFailed,
+    InvalidCredentials,
+    InvalidRefreshToken,
+    NotAuthenticated,
+    RefreshTokenReused,
+)
+from authgate.models import User
+from authgate.passwords import normalise
+from authgate.service import Services
+from authgate.stores import SessionStore, UserStore
+from authgate.tokens import AccessClaims, TokenError, digest, new_opaque_token, new_session_id
+
+__all__ = ["IssuedTokens", "SessionService"]
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedTokens:
+    access_token: str
+    refresh_token: str
+    csrf_token: str
+    session_id: str
+    user_id: int
+
+
+class SessionService:
+    def __init__(self, services: Services) -> None:
+        self.sv = services
+
+    async def login(self, email: str, password: str, *, client_ip: str) -> IssuedTokens:
+        limiter = self.sv.limiter
+        await limiter.hit("login_per_ip", client_ip)
+        # Keyed by the canonical email whether or not an account exists, so the lock-out
+        # itself tells nothing about which emails are registered.
+        account_key = login_key(email) or email.strip().lower()
+        await limiter.check("login_failures_per_account", account_key)
+
+        user: User | None = None
+        if login_key(email) is not None:
+            async with self.sv.db.read() as s:
+                user = await UserStore(s).by_email_key(account_key)
+        # Same argon2 work whether the email is unknown, the password wrong or the user
+        # inactive: the answer and its timing are the same for all three.
+        candidate = normalise(password)
+        ok = await self.sv.hashing.verify(user.password_hash if user else None, candidate)
+        if not ok or user is None or not user.is_active:
+            await limiter.try_hit("login_failures_per_account", account_key)
+            reason = "unknown_email" if user is None else "wrong_password" if not ok else "inactive"
+            events.emit(
+                "login_failed",
+                outcome="failure",
+                user_id=user.id if user else None,
+                reason=reason,
+            )
+            raise InvalidCredentials()
+        await limiter.clear("login_failures_per_account", account_key)
+
+        new_hash = None
+        if self.sv.hashing.needs_rehash(user.password_hash):
+            new_hash = await self.sv.hashing.hash(candidate)
+        now = self.sv.clock()
+        cfg = self.sv.config
+        session_id = new_session_id()
+        session_end = now + timedelta(seconds=cfg.session_max_age) if cfg.session_max_age else None
+        refresh = new_opaque_token()
+        async with self.sv.db.write() as s:
+            if new_hash is not None:
+                await UserStore(s).set_password(user.id, new_hash, now)
+            sessions = SessionStore(s)
+            await sessions.create(
+                session_id=session_id, user_id=user.id, now=now, expires_at=session_end
+            )
+            await sessions.add_refresh(
+                session_id=session_id,
+                digest=digest(refresh),
+                now=now,
+                expires_at=self._refresh_end(now, session_end),
+            )
+        events.emit("login_succeeded", user_id=user.id, session_id=session_id)
+        return self._issue(user.id, session_id, refresh, now, session_end)
+
+    async def refresh(self, token: str, *, csrf: str | None = None) -> IssuedTokens:
+        """Rotate `token`. `csrf` is the double-submitted value when the token came from a
+        cookie: it must be bound to the token's own session."""
+        token_digest = digest(token)
+        if csrf is not None:
+            async with self.sv.db.read() as s:
+                owner = await SessionStore(s).refresh_owner(token_digest)
+            if owner is None:
+                raise InvalidRefreshToken()
+            if not self.sv.keys.check_csrf(csrf, owner[0]):
+                raise CsrfFailed()
+
+        now = self.sv.clock()
+        new_refresh = new_opaque_token()
+        reused_session: str | None = None
+        async with self.sv.db.write() as s:
+            sessions = SessionStore(s)
+            spent = await sessions.spend_refresh(token_digest, now)
+            if spent is None:
+                owner = await sessions.refresh_owner(token_digest)
+                if owner is not None and owner[1]:
+                    # RFC 9700 §4.14.2: a rotated token presented again means it leaked;
+                    # revoke the whole family, the legitimate holder's newest token too.
+                    await sessions.revoke(owner[0], now, "reuse")
+                    reused_session = owner[0]
+            else:
+                state = await sessions.state(spent.session_id, spent.user_id)
+                if (
+                    state is None
+                    or not _live(state.revoked, state.expires_at, now)
+                    or not state.user.is_active
+                ):
+                    spent = None
+                else:
+                    await sessions.add_refresh(
+                        session_id=spent.session_id,
+                        digest=digest(new_refresh),
+                        now=now,
+                        expires_at=self._refresh_end(now, state.expires_at),
+                    )
+                    session_end = state.expires_at
+        if reused_session is not None:
+            events.emit(
+                "refresh_reused", outcome="failure", session_id=reused_session, reason="reuse"
+            )
+            raise RefreshTokenReused()
+        if spent is None:
+            events.emit("refresh_failed", outcome="failure", reason="invalid")
+            raise InvalidRefreshToken()
+        events.emit("refreshed", user_id=spent.user_id, session_id=spent.session_id)
+        return self._issue(spent.user_id, spent.session_id, new_refresh, now, session_end)
+
+    async def logout(self, refresh_token: str | None, access_token: str | None) -> None:
+        """Revoke the family of whichever token is given; anything invalid is ignored."""
+        now = self.sv.clock()
+        session_ids: set[str] = set()
+        if access_token:
+            try:
+                claims = self.sv.keys.verify_access(access_token, now=now)
+            except TokenError:
+                pass
+            else:
+                session_ids.add(claims.session_id)
+        async with self.sv.db.write() as s:
+            sessions = SessionStore(s)
+            if refresh_token:
+                owner = await sessions.refresh_owner(digest(refresh_token))
+                if owner is not None:
+                    session_ids.add(owner[0])
+            revoked = [
+                sid for sid in sorted(session_ids) if await sessions.revoke(sid, now, "logout")
+            ]
+        for sid in revoked:
+            events.emit("logged_out", session_id=sid)
+
+    async def authenticate(self, access_token: str) -> tuple[User, AccessClaims]:
+        """The active user behind a valid access token of a live session, or NotAuthenticated."""
+        now = self.sv.clock()
+        try:
+            claims = self.sv.keys.verify_access(access_token, now=now)
+        except TokenError:
+            raise NotAuthenticated() from None
+        async with self.sv.db.read() as s:
+            state = await SessionStore(s).state(claims.session_id, claims.user_id)
+        # Revocation reaches access tokens at once: the family is checked on every request.
+        if state is None or not _live(state.revoked, state.expires_at, now):
+            raise NotAuthenticated()
+        if not state.user.is_active:
+            raise NotAuthenticated()
+        return state.user, claims
+
+    def _refresh_end(self, now: datetime, session_end: datetime | None) -> datetime:
+        end = now + timedelta(seconds=self.sv.config.refresh_ttl)
+        return min(end, session_end) if session_end is not None else end
+
+    def _issue(
+        self,
+        user_id: int,
+        session_id: str,
+        refresh: str,
+        now: datetime,
+        session_end: datetime | None,
+    ) -> IssuedTokens:
+        ttl = self.sv.config.access_ttl
+        if session_end is not None:
+            ttl = max(1, min(ttl, int((session_end - now).total_seconds())))
+        return IssuedTokens(
+            access_token=self.sv.keys.issue_access(
+                user_id=user_id, session_id=session_id, now=now, ttl=ttl
+            ),
+            refresh_token=refresh,
+            csrf_token=self.sv.keys.issue_csrf(session_id),
+            session_id=session_id,
+            user_id=user_id,
+        )
+
+
+def _live(revoked: bool, expires_at: datetime | None, now: datetime) -> bool:
+    return not revoked and (expires_at is None or now < expires_at)

@@ -1,0 +1,242 @@
+"""Narrow stores named by intent. They flush, never commit: `Database.write()` owns the
+transaction. Spending a token is one conditional UPDATE, so of several concurrent spends of
+one token exactly one matches a row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnElement
+
+from authgate.models import OneTimeToken, RefreshToken, Session, User
+
+__all__ = ["SessionState", "SessionStore", "TokenStore", "UserStore"]
+
+
+class UserStore:
+    def __init__(self, s: AsyncSession) -> None:
+        self.s = s
+
+    async def by_id(self, user_id: int) -> User | None:
+        return await self.s.get(User, user_id)
+
+    async def by_email_key(self, email_key: str) -> User | None:
+        result = await self.s.execute(select(User).where(User.email_key == email_key))
+        return result.scalar_one_or_none()
+
+    async def add(self, user: User) -> bool:
+        """Insert; False when the email is taken (the unique index decides, not a pre-check)."""
+        try:
+            async with self.s.begin_nested():
+                self.s.add(user)
+                await self.s.flush()
+        except IntegrityError:
+            return False
+        return True
+
+    async def set_password(self, user_id: int, password_hash: str, now: datetime) -> None:
+        await self.s.execute(
+            update(User)
+            .where(User.id == user_id)
+            .values(password_hash=password_hash, updated_at=now)
+        )
+
+    async def set_flags(self, user_id: int, now: datetime, **flags: bool) -> None:
+        await self.s.execute(update(User).where(User.id == user_id).values(updated_at=now, **flags))
+
+    async def listing(self) -> list[User]:
+        return list((await self.s.execute(select(User).order_by(User.id))).scalars())
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    user: User
+    revoked: bool
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SpentRefresh:
+    session_id: str
+    user_id: int
+
+
+class SessionStore:
+    """Sessions (token families) and their refresh tokens."""
+
+    def __init__(self, s: AsyncSession) -> None:
+        self.s = s
+
+    async def create(
+        self, *, session_id: str, user_id: int, now: datetime, expires_at: datetime | None
+    ) -> None:
+        self.s.add(Session(id=session_id, user_id=user_id, created_at=now, expires_at=expires_at))
+        await self.s.flush()
+
+    async def add_refresh(
+        self, *, session_id: str, digest: bytes, now: datetime, expires_at: datetime
+    ) -> None:
+        self.s.add(
+            RefreshToken(
+                session_id=session_id, digest=digest, created_at=now, expires_at=expires_at
+            )
+        )
+        await self.s.flush()
+
+    async def state(self, session_id: str, user_id: int) -> SessionState | None:
+        """The session and its user in one query, as every authenticated request needs them."""
+        result = await self.s.execute(
+            select(User, Session.revoked_at, Session.expires_at)
+            .join(Session, Session.user_id == User.id)
+            .where(Session.id == session_id, User.id == user_id)
+        )
+        row = result.one_or_none()
+        if row is None:
+            return None
+        user, revoked_at, expires_at = row
+        return SessionState(user=user, revoked=revoked_at is not None, expires_at=expires_at)
+
+    async def spend_refresh(self, digest: bytes, now: datetime) -> SpentRefresh | None:
+        """Mark an unused, unexpired refresh token used, atomically; None when none matched."""
+        result = await self.s.execute(
+            update(RefreshToken)
+            .where(
+                RefreshToken.digest == digest,
+                RefreshToken.used_at.is_(None),
+                RefreshToken.expires_at > now,
+            )
+            .values(used_at=now)
+            .returning(RefreshToken.session_id)
+        )
+        session_id = result.scalar_one_or_none()
+        if session_id is None:
+            return None
+        user_id = await self.s.scalar(select(Session.user_id).where(Session.id == session_id))
+        assert user_id is not None  # foreign key
+        return SpentRefresh(session_id=session_id, user_id=user_id)
+
+    async def refresh_owner(self, digest: bytes) -> tuple[str, bool] | None:
+        """(session id, already used) of a refresh token in any state, or None if unknown."""
+        result = await self.s.execute(
+            select(RefreshToken.session_id, RefreshToken.used_at).where(
+                RefreshToken.digest == digest
+            )
+        )
+        row = result.one_or_none()
+        return None if row is None else (row[0], row[1] is not None)
+
+    async def revoke(self, session_id: str, now: datetime, reason: str) -> bool:
+        """Revoke one family; True when it was live until now."""
+        result = await self.s.execute(
+            update(Session)
+            .where(Session.id == session_id, Session.revoked_at.is_(None))
+            .values(revoked_at=now, revoke_reason=reason)
+            .returning(Session.id)
+        )
+        return result.scalar_one_or_none() is not None
+
+    async def revoke_all(self, user_id: int, now: datetime, reason: str) -> list[str]:
+        result = await self.s.execute(
+            update(Session)
+            .where(Session.user_id == user_id, Session.revoked_at.is_(None))
+            .values(revoked_at=now, revoke_reason=reason)
+            .returning(Session.id)
+        )
+        return list(result.scalars())
+
+    async def purge(self, now: datetime) -> int:
+        """Delete refresh tokens that are expired, and sessions that are over (with theirs)."""
+        dead_sessions = await self.s.execute(
+            delete(Session).where(
+                or_(
+                    Session.revoked_at.is_not(None),
+                    Session.expires_at <= now,
+                    # A family with no refresh token left that can still be used is over.
+                    ~select(RefreshToken.id)
+                    .where(
+                        RefreshToken.session_id == Session.id,
+                        RefreshToken.used_at.is_(None),
+                        RefreshToken.expires_at > now,
+                    )
+                    .exists(),
+                )
+            )
+        )
+        # Spent tokens of live families stay: presenting one again must still count as reuse.
+        expired = await self.s.execute(delete(RefreshToken).where(RefreshToken.expires_at <= now))
+        return int(dead_sessions.rowcount or 0) + int(expired.rowcount or 0)  # type: ignore[attr-defined]
+
+
+class TokenStore:
+    """One-time tokens: password reset and email verification."""
+
+    def __init__(self, s: AsyncSession) -> None:
+        self.s = s
+
+    async def add(
+        self, *, user_id: int, purpose: str, digest: bytes, now: datetime, expires_at: datetime
+    ) -> None:
+        self.s.add(
+            OneTimeToken(
+                user_id=user_id,
+                purpose=purpose,
+                digest=digest,
+                created_at=now,
+                expires_at=expires_at,
+            )
+        )
+        await self.s.flush()
+
+    async def peek(self, purpose: str, digest: bytes, now: datetime) -> int | None:
+        """The user id of a live token, without spending it."""
+        return await self.s.scalar(select(OneTimeToken.user_id).where(*_live(purpose, digest, now)))
+
+    async def spend(self, purpose: str, digest: bytes, now: datetime) -> int | None:
+        """Spend a live token atomically; the user id, or None when none matched."""
+        result = await self.s.execute(
+            update(OneTimeToken)
+            .where(*_live(purpose, digest, now))
+            .values(used_at=now)
+            .returning(OneTimeToken.user_id)
+        )
+        return result.scalar_one_or_none()
+
+    async def spend_all(self, user_id: int, purpose: str, now: datetime) -> None:
+        await self.s.execute(
+            update(OneTimeToken)
+            .where(
+                OneTimeToken.user_id == user_id,
+                OneTimeToken.purpose == purpose,
+                OneTimeToken.used_at.is_(None),
+            )
+            .values(used_at=now)
+        )
+
+    async def purge(self, now: datetime) -> int:
+        result = await self.s.execute(
+            delete(OneTimeToken).where(
+                or_(OneTimeToken.expires_at <= now, OneTimeToken.used_at.is_not(None))
+            )
+        )
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    async def count_live(self, now: datetime) -> int:
+        return int(
+            await self.s.scalar(
+                select(func.count()).select_from(OneTimeToken).where(OneTimeToken.expires_at > now)
+            )
+            or 0
+        )
+
+
+def _live(purpose: str, digest: bytes, now: datetime) -> tuple[ColumnElement[bool], ...]:
+    return (
+        OneTimeToken.digest == digest,
+        OneTimeToken.purpose == purpose,
+        OneTimeToken.used_at.is_(None),
+        OneTimeToken.expires_at > now,
+    )

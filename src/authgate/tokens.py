@@ -1,0 +1,147 @@
+"""What a token is: signed access JWTs, opaque one-time secrets and their digests, CSRF values.
+
+Where a token travels (cookie, header, body) is `transport.py`'s business, not this module's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import jwt
+
+__all__ = ["AccessClaims", "Keys", "TokenError", "digest", "new_opaque_token", "new_session_id"]
+
+ALGORITHM = "HS256"
+#: RFC 9068 media type of JWT access tokens; a JWT without it is not an access token.
+ACCESS_TOKEN_TYP = "at+jwt"  # noqa: S105 - a media type
+OPAQUE_TOKEN_BYTES = 32  # 256 bits
+#: Header parameters that would let a token pick its own key or demand extensions.
+_FORBIDDEN_HEADERS = frozenset({"jku", "jwk", "x5u", "x5c", "crit"})
+_REQUIRED_CLAIMS = ("sub", "sid", "iat", "exp", "jti", "iss", "aud")
+
+
+class TokenError(Exception):
+    """An access token that is not acceptable. The reason is for logs, never a secret."""
+
+
+@dataclass(frozen=True, slots=True)
+class AccessClaims:
+    user_id: int
+    session_id: str
+    issued_at: int
+    expires_at: int
+    jti: str
+
+
+def new_opaque_token() -> str:
+    return secrets.token_urlsafe(OPAQUE_TOKEN_BYTES)
+
+
+def new_session_id() -> str:
+    return secrets.token_hex(16)
+
+
+def digest(token: str) -> bytes:
+    """SHA-256 of an opaque token: what the database stores and looks up.
+
+    The tokens carry 256 bits of randomness, so an unsalted fast hash is enough to make a
+    leaked table useless; lookups are by digest, so no comparison of secrets happens in Python.
+    """
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+class Keys:
+    """Key material derived from the one configured secret, one subkey per purpose."""
+
+    def __init__(self, secret: bytes, *, issuer: str, audience: str) -> None:
+        self._jwt_key = _derive(secret, b"authgate/access-token/v1")
+        self._csrf_key = _derive(secret, b"authgate/csrf/v1")
+        self.issuer = issuer
+        self.audience = audience
+
+    # --- access tokens ---------------------------------------------------------------
+
+    def issue_access(self, *, user_id: int, session_id: str, now: datetime, ttl: int) -> str:
+        iat = int(now.timestamp())
+        claims = {
+            "sub": str(user_id),
+            "sid": session_id,
+            "iat": iat,
+            "nbf": iat,
+            "exp": iat + ttl,
+            "jti": secrets.token_urlsafe(12),
+            "iss": self.issuer,
+            "aud": self.audience,
+        }
+        return jwt.encode(claims, self._jwt_key, algorithm=ALGORITHM, headers={"typ": "at+jwt"})
+
+    def verify_access(self, token: str, *, now: datetime) -> AccessClaims:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            raise TokenError("malformed token") from exc
+        if header.get("alg") != ALGORITHM:
+            raise TokenError("unexpected algorithm")
+        if header.get("typ") != ACCESS_TOKEN_TYP:
+            raise TokenError("not an access token")
+        if _FORBIDDEN_HEADERS.intersection(header) or "kid" in header:
+            raise TokenError("forbidden header parameter")
+        try:
+            # Time claims are checked below against our clock, which tests can move.
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                self._jwt_key,
+                algorithms=[ALGORITHM],
+                audience=self.audience,
+                issuer=self.issuer,
+                options={
+                    "require": list(_REQUIRED_CLAIMS),
+                    "verify_exp": False,
+                    "verify_nbf": False,
+                    "verify_iat": False,
+                },
+            )
+        except jwt.PyJWTError as exc:
+            raise TokenError("invalid token") from exc
+        ts = now.timestamp()
+        exp, iat, nbf = claims["exp"], claims["iat"], claims.get("nbf", claims["iat"])
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (exp, iat, nbf)):
+            raise TokenError("malformed time claim")
+        if ts >= exp:
+            raise TokenError("expired")
+        if nbf > ts or iat > ts + 60:
+            raise TokenError("not yet valid")
+        sub, sid, jti = claims["sub"], claims["sid"], claims["jti"]
+        if not (isinstance(sub, str) and sub.isdigit() and len(sub) <= 19):
+            raise TokenError("malformed subject")
+        if not (isinstance(sid, str) and len(sid) == 32) or not isinstance(jti, str):
+            raise TokenError("malformed session")
+        return AccessClaims(
+            user_id=int(sub), session_id=sid, issued_at=iat, expires_at=exp, jti=jti
+        )
+
+    # --- CSRF (signed double-submit, bound to the session) -------------------------------
+
+    def issue_csrf(self, session_id: str) -> str:
+        nonce = secrets.token_urlsafe(16)
+        return f"{nonce}.{self._csrf_mac(session_id, nonce)}"
+
+    def check_csrf(self, value: str, session_id: str) -> bool:
+        nonce, sep, mac = value.partition(".")
+        if not sep or not nonce or not mac:
+            return False
+        return hmac.compare_digest(mac, self._csrf_mac(session_id, nonce))
+
+    def _csrf_mac(self, session_id: str, nonce: str) -> str:
+        msg = f"{session_id}.{nonce}".encode("utf-8", "surrogatepass")
+        return hmac.new(self._csrf_key, msg, hashlib.sha256).hexdigest()
+
+
+def _derive(secret: bytes, label: bytes) -> bytes:
+    # HMAC as a PRF keyed by the secret: independent subkeys from one configured value.
+    return hmac.new(secret, label, hashlib.sha256).digest()

@@ -1,0 +1,115 @@
+"""Where tokens travel: cookies, the Authorization header, and the CSRF double submit.
+
+What a token *is* lives in `tokens.py`; this module only moves strings in and out of HTTP.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from authgate.config import AuthConfig
+from authgate.errors import CsrfFailed
+from authgate.sessions import IssuedTokens
+
+__all__ = [
+    "ACCESS_COOKIE",
+    "CSRF_COOKIE",
+    "CSRF_HEADER",
+    "REFRESH_COOKIE",
+    "access_token_from",
+    "clear_auth_cookies",
+    "require_csrf_header",
+    "set_auth_cookies",
+]
+
+ACCESS_COOKIE = "svc_access_token"
+REFRESH_COOKIE = "svc_refresh_token"
+CSRF_COOKIE = "svc_csrf_token"
+CSRF_HEADER = "X-CSRF-Token"
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _refresh_path(config: AuthConfig) -> str:
+    return config.prefix or "/"
+
+
+def set_auth_cookies(response: Response, tokens: IssuedTokens, config: AuthConfig) -> None:
+    common = {
+        "secure": config.cookie_secure,
+        "samesite": config.cookie_samesite,
+        "domain": config.cookie_domain,
+    }
+    response.set_cookie(
+        ACCESS_COOKIE,
+        tokens.access_token,
+        max_age=config.access_ttl,
+        path="/",
+        httponly=True,
+        **common,  # type: ignore[arg-type]
+    )
+    response.set_cookie(
+        REFRESH_COOKIE,
+        tokens.refresh_token,
+        max_age=config.refresh_ttl,
+        path=_refresh_path(config),
+        httponly=True,
+        **common,  # type: ignore[arg-type]
+    )
+    # Readable by scripts on purpose: the page echoes it in the X-CSRF-Token header.
+    response.set_cookie(
+        CSRF_COOKIE,
+        tokens.csrf_token,
+        max_age=config.refresh_ttl,
+        path="/",
+        httponly=False,
+        **common,  # type: ignore[arg-type]
+    )
+
+
+def clear_auth_cookies(response: Response, config: AuthConfig) -> None:
+    for name, path, httponly in (
+        (ACCESS_COOKIE, "/", True),
+        (REFRESH_COOKIE, _refresh_path(config), True),
+        (CSRF_COOKIE, "/", False),
+    ):
+        response.delete_cookie(
+            name,
+            path=path,
+            domain=config.cookie_domain,
+            secure=config.cookie_secure,
+            httponly=httponly,
+            samesite=config.cookie_samesite,
+        )
+
+
+def access_token_from(request: Request) -> tuple[str | None, bool]:
+    """(access token, came from the cookie). The Authorization header wins over the cookie;
+    a header that is present but not `Bearer <token>` yields no token rather than the cookie."""
+    header = request.headers.get("authorization")
+    if header is not None:
+        scheme, _, value = header.partition(" ")
+        value = value.strip()
+        if scheme.lower() == "bearer" and value:
+            return value, False
+        return None, False
+    cookie = request.cookies.get(ACCESS_COOKIE)
+    return (cookie, True) if cookie else (None, False)
+
+
+def require_csrf_header(request: Request) -> str:
+    """The double-submitted CSRF value: the header, equal to the cookie, else `CsrfFailed`.
+
+    The caller still checks that the value is bound to the session it is about to act on.
+    """
+    header = request.headers.get(CSRF_HEADER)
+    cookie = request.cookies.get(CSRF_COOKIE)
+    if not header or not cookie:
+        raise CsrfFailed()
+    if not hmac.compare_digest(
+        header.encode("latin-1", "replace"), cookie.encode("latin-1", "replace")
+    ):
+        raise CsrfFailed()
+    return header
