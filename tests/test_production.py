@@ -1,0 +1,357 @@
+"""Production mode: PostgreSQL + Redis, several workers, migrations racing, servers going away.
+
+These tests need the real servers; they never run on SQLite alone, and (like every backend
+test) they fail in CI when PostgreSQL or Redis cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from authgate import create_app
+from authgate.db import Database
+from tests.conftest import (
+    PASSWORD,
+    PG_HOST,
+    PG_PORT,
+    REDIS_URL,
+    TEST_SECRET,
+    Backend,
+    PgTemplate,
+    bearer,
+    delete_redis_prefix,
+    login,
+    make_config,
+    pg_url,
+    register,
+    require_backend,
+    running,
+)
+
+
+@pytest.fixture
+async def pg_backend(tmp_path: Path, pg_template: PgTemplate) -> AsyncIterator[Backend]:
+    """A fresh migrated PostgreSQL database and a Redis prefix (no SQLite variant)."""
+    require_backend()
+    await asyncio.to_thread(pg_template.ensure)
+    name = await pg_template.clone()
+    prefix = f"authgate-test-{secrets.token_hex(6)}:"
+    try:
+        yield Backend(
+            "postgres",
+            tmp_path / "data",
+            {"database_url": pg_url(name), "cache_url": REDIS_URL, "cache_prefix": prefix},
+        )
+    finally:
+        await PgTemplate.drop(name)
+        await delete_redis_prefix(prefix)
+
+
+@pytest.fixture
+async def empty_pg_database() -> AsyncIterator[str]:
+    """A fresh PostgreSQL database with no schema at all."""
+    require_backend()
+    import asyncpg
+
+    name = f"authgate_e_{secrets.token_hex(6)}"
+    conn = await asyncpg.connect(host=PG_HOST, port=PG_PORT, user="postgres", database="postgres")
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    try:
+        yield pg_url(name)
+    finally:
+        await PgTemplate.drop(name)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AUTHGATE_") and k not in ("DATABASE_URL", "CACHE_URL")
+    }
+    env.update(extra)
+    return env
+
+
+@contextlib.contextmanager
+def serve(env: dict[str, str], *args: str) -> Iterator[str]:
+    port = _free_port()
+    log = Path(env["AUTHGATE_DATA_DIR"]).parent / f"serve-{port}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "authgate", "serve", "--port", str(port), *args],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):  # at most ~30 s
+            if proc.poll() is not None:
+                raise AssertionError(f"server exited: {log.read_text()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(base + "/health", timeout=1.0).status_code == 200:
+                    break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"server did not start: {log.read_text()}")
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@pytest.mark.subprocess
+async def test_two_workers_concurrent_refresh_exactly_one_wins(pg_backend: Backend) -> None:
+    env = _clean_env(**pg_backend.env, AUTHGATE_SECRET_KEY=TEST_SECRET, AUTHGATE_RATE_LIMITS="off")
+    with serve(env, "--workers", "2") as base:
+        async with httpx.AsyncClient(base_url=base, timeout=20) as c:
+            assert (
+                await c.post(
+                    "/auth/register", json={"email": "ann@example.com", "password": PASSWORD}
+                )
+            ).status_code == 201
+            tokens = (
+                await c.post("/auth/login", json={"email": "ann@example.com", "password": PASSWORD})
+            ).json()
+
+        async def one_refresh() -> httpx.Response:
+            # A connection of its own, so the requests spread over both workers.
+            async with httpx.AsyncClient(base_url=base, timeout=20) as c:
+                return await c.post(
+                    "/auth/refresh", json={"refresh_token": tokens["refresh_token"]}
+                )
+
+        async with asyncio.timeout(60):
+            responses = await asyncio.gather(*(one_refresh() for _ in range(12)))
+        codes = sorted(r.status_code for r in responses)
+        assert codes == [200] + [401] * 11, codes
+        winner = next(r for r in responses if r.status_code == 200).json()
+        async with httpx.AsyncClient(base_url=base, timeout=20) as c:
+            # The losers were reuse: the family is revoked, the winner's tokens too.
+            again = await c.post("/auth/refresh", json={"refresh_token": winner["refresh_token"]})
+            assert again.status_code == 401
+            me = await c.get("/auth/me", headers=bearer(winner["access_token"]))
+            assert me.status_code == 401
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("kind", ["postgres", "sqlite"])
+def test_concurrent_migrations_are_safe(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Four processes run `authgate db upgrade` on one empty database at once: all succeed."""
+    env = _clean_env(AUTHGATE_DATA_DIR=str(tmp_path / "data"), AUTHGATE_SECRET_KEY=TEST_SECRET)
+    if kind == "postgres":
+        env["DATABASE_URL"] = request.getfixturevalue("empty_pg_database")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "authgate", "db", "upgrade"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(4)
+    ]
+    results = [p.communicate(timeout=120) for p in procs]
+    for proc, (_out, err) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, err.decode()
+
+    async def tables() -> set[str]:
+        from authgate import AuthConfig
+
+        cfg = AuthConfig(
+            data_dir=tmp_path / "data",
+            secret_key=TEST_SECRET,
+            database_url=env.get("DATABASE_URL"),
+        )
+        db = Database(cfg)
+        try:
+            async with db.read() as s:
+                if kind == "postgres":
+                    rows = await s.execute(
+                        text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+                    )
+                else:
+                    rows = await s.execute(
+                        text("SELECT name FROM sqlite_master WHERE type='table'")
+                    )
+                return {r[0] for r in rows}
+        finally:
+            await db.dispose()
+
+    assert {
+        "authgate_users",
+        "authgate_sessions",
+        "authgate_refresh_tokens",
+        "authgate_one_time_tokens",
+        "authgate_alembic_version",
+    } <= asyncio.run(tables())
+
+
+class Forwarder:
+    """A real TCP forwarder on loopback that can be shut and reopened on the same port,
+    standing in for a database or cache server that goes away and comes back."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.port = _free_port()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def open(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+
+    async def shut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers.update((writer, up_writer))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._writers.discard(writer)
+        self._writers.discard(up_writer)
+
+
+async def _wait_status(
+    client: httpx.AsyncClient, path: str, status: int, **kw: Any
+) -> httpx.Response:
+    response = None
+    for _ in range(100):  # bounded: at most ~100 attempts
+        response = await client.get(path, **kw)
+        if response.status_code == status:
+            return response
+        await asyncio.sleep(0.1)
+    raise AssertionError(
+        f"{path} never answered {status}; last {response and response.status_code}"
+    )
+
+
+async def test_database_outage_answers_503_and_recovers(pg_backend: Backend) -> None:
+    url = pg_backend.settings["database_url"]
+    forwarder = Forwarder(PG_HOST, PG_PORT)
+    await forwarder.open()
+    proxied = url.replace(f"{PG_HOST}:{PG_PORT}", f"127.0.0.1:{forwarder.port}")
+    app = create_app(make_config(pg_backend, database_url=proxied, db_timeout=3.0))
+    try:
+        async with running(app) as client:
+            await register(client)
+            tokens = await login(client)
+            client.cookies.clear()
+            assert (
+                await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+            ).status_code == 200
+
+            await forwarder.shut()
+            async with asyncio.timeout(30):
+                for request in (
+                    client.get("/auth/me", headers=bearer(tokens["access_token"])),
+                    client.post(
+                        "/auth/login", json={"email": "ann@example.com", "password": PASSWORD}
+                    ),
+                    client.post(
+                        "/auth/register", json={"email": "bob@example.com", "password": PASSWORD}
+                    ),
+                ):
+                    response = await request
+                    assert response.status_code == 503
+                    assert response.json() == {
+                        "detail": "The service is temporarily unavailable; try again shortly.",
+                        "code": "service_unavailable",
+                    }
+                    assert response.headers["retry-after"] == "1"
+                ready = await client.get("/readiness")
+                assert ready.status_code == 503
+                assert ready.json()["checks"]["database"]["status"] == "error"
+
+            await forwarder.open()
+            async with asyncio.timeout(30):
+                me = await _wait_status(
+                    client, "/auth/me", 200, headers=bearer(tokens["access_token"])
+                )
+                assert me.json()["email"] == "ann@example.com"
+                assert (await client.get("/readiness")).status_code == 200
+                await login(client)
+    finally:
+        await forwarder.shut()
+
+
+async def test_cache_outage_answers_503_and_recovers(pg_backend: Backend) -> None:
+    host_port = REDIS_URL.split("://", 1)[1].split("/", 1)[0]
+    host, _, port = host_port.rpartition(":")
+    forwarder = Forwarder(host, int(port))
+    await forwarder.open()
+    proxied = REDIS_URL.replace(host_port, f"127.0.0.1:{forwarder.port}")
+    app = create_app(make_config(pg_backend, cache_url=proxied, rate_limits=True))
+    try:
+        async with running(app) as client:
+            await register(client)
+            await login(client)
+
+            await forwarder.shut()
+            async with asyncio.timeout(30):
+                response = await client.post(
+                    "/auth/login", json={"email": "ann@example.com", "password": PASSWORD}
+                )
+                assert response.status_code == 503
+                assert response.json()["code"] == "service_unavailable"
+                ready = await client.get("/readiness")
+                assert ready.status_code == 503
+                assert ready.json()["checks"]["cache"]["status"] == "error"
+                assert ready.json()["checks"]["database"]["status"] == "ok"
+
+            await forwarder.open()
+            async with asyncio.timeout(30):
+                await _wait_status(client, "/readiness", 200)
+                await login(client)
+    finally:
+        await forwarder.shut()
