@@ -7,8 +7,9 @@ import contextlib
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
+from ipaddress import IPv4Network, IPv6Network
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -35,6 +36,7 @@ from authgate.ratelimit import Limits, RateLimiter
 from authgate.routes import auth_router, health_router
 from authgate.service import Background, Clock, Services, utcnow
 from authgate.sessions import SessionService
+from authgate.transport import client_address
 
 __all__ = ["AuthGate", "create_app"]
 
@@ -86,7 +88,12 @@ class AuthGate:
         self.services = Services(
             config=cfg,
             db=Database(cfg),
-            keys=Keys(cfg.secret(), issuer=cfg.jwt_issuer, audience=cfg.jwt_audience),
+            keys=Keys(
+                cfg.secret(),
+                issuer=cfg.jwt_issuer,
+                audience=cfg.jwt_audience,
+                previous=cfg.previous_secrets(),
+            ),
             hashing=PasswordHashing(),
             limiter=RateLimiter(
                 MovingWindowRateLimiter(self.cache.limits_storage) if cfg.rate_limits else None,
@@ -122,7 +129,11 @@ class AuthGate:
         app.include_router(auth_router(self))
         app.include_router(health_router(self))
         install_error_handlers(app)
-        app.add_middleware(RequestGuard, max_body_bytes=self.config.max_body_bytes)
+        app.add_middleware(
+            RequestGuard,
+            max_body_bytes=self.config.max_body_bytes,
+            trusted_proxies=self.config.trusted_networks(),
+        )
 
 
 def create_app(config: AuthConfig | None = None, *, clock: Clock = utcnow) -> FastAPI:
@@ -201,9 +212,16 @@ class RequestGuard:
     unknown length streams in, so no handler ever parses more than `max_body_bytes`.
     """
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        trusted_proxies: Sequence[IPv4Network | IPv6Network] = (),
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.trusted_proxies = tuple(trusted_proxies)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -213,9 +231,16 @@ class RequestGuard:
         given_id = headers.get(b"x-request-id", b"").decode("latin-1")
         request_id = given_id if _REQUEST_ID.match(given_id) else secrets.token_hex(8)
         client = scope.get("client")
+        forwarded = [
+            v.decode("latin-1")
+            for k, v in scope.get("headers", [])
+            if k.lower() == b"x-forwarded-for"
+        ]
+        ip = client_address(client[0] if client else None, forwarded, self.trusted_proxies)
+        scope.setdefault("state", {})["authgate_client_ip"] = ip
         user_agent = headers.get(b"user-agent", b"").decode("latin-1")
         token = events.request_context.set(
-            events.RequestContext(request_id, client[0] if client else None, user_agent or None)
+            events.RequestContext(request_id, ip, user_agent or None)
         )
 
         async def send_with_id(message: Message) -> None:
@@ -237,6 +262,29 @@ class RequestGuard:
                     else _error(400, "Invalid Content-Length header.", "bad_request")
                 )
                 await response(scope, receive, send_with_id)
+                return
+            if length is None:
+                # Unknown length (chunked): read up to the cap here, so an oversized body is a
+                # clean 413 rather than whatever the framework makes of an error mid-parse.
+                buffered: list[Message] = []
+                size = 0
+                while True:
+                    message = await receive()
+                    buffered.append(message)
+                    if message["type"] != "http.request":
+                        break
+                    size += len(message.get("body", b""))
+                    if size > self.max_body_bytes:
+                        err = PayloadTooLarge()
+                        await _error(413, err.detail, err.code)(scope, receive, send_with_id)
+                        return
+                    if not message.get("more_body", False):
+                        break
+
+                async def replay() -> Message:
+                    return buffered.pop(0) if buffered else await receive()
+
+                await self.app(scope, replay, send_with_id)
                 return
             received = 0
 

@@ -11,6 +11,7 @@ import logging
 import os
 import secrets
 from collections.abc import Awaitable, Callable
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +38,8 @@ class AuthConfig(BaseSettings):
         extra="ignore",
         populate_by_name=True,
         validate_default=True,
+        # Validation errors must not quote what was given: a secret key, a URL's password.
+        hide_input_in_errors=True,
     )
 
     database_url: str | None = Field(
@@ -48,6 +51,12 @@ class AuthConfig(BaseSettings):
     data_dir: Path = Path(".authgate")
     prefix: str = "/auth"
     secret_key: SecretStr | None = None
+    #: Comma-separated keys that used to be AUTHGATE_SECRET_KEY: tokens and CSRF values they
+    #: signed are still accepted (never issued) while a rotation completes.
+    secret_key_previous: SecretStr | None = None
+    #: Comma-separated IPs or CIDR networks of reverse proxies whose X-Forwarded-For is
+    #: believed. Empty: the client IP is the socket peer, whatever headers say.
+    trusted_proxies: str = ""
 
     access_ttl: int = Field(default=900, gt=0)
     refresh_ttl: int = Field(default=1_209_600, gt=0)
@@ -110,6 +119,29 @@ class AuthConfig(BaseSettings):
             )
         return value
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_networks(cls, value: str) -> str:
+        for part in value.split(","):
+            if part.strip():
+                try:
+                    ip_network(part.strip(), strict=False)
+                except ValueError:
+                    raise ValueError(f"not an IP address or network: {part.strip()!r}") from None
+        return value
+
+    @field_validator("secret_key_previous")
+    @classmethod
+    def _check_previous(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            for key in value.get_secret_value().split(","):
+                if key.strip() and len(key.strip()) < MIN_SECRET_KEY_LENGTH:
+                    raise ValueError(
+                        f"every AUTHGATE_SECRET_KEY_PREVIOUS key must be at least "
+                        f"{MIN_SECRET_KEY_LENGTH} characters"
+                    )
+        return value
+
     @field_validator("database_url", "cache_url", "cookie_domain")
     @classmethod
     def _empty_is_unset(cls, value: str | None) -> str | None:
@@ -129,6 +161,19 @@ class AuthConfig(BaseSettings):
         if self.secret_key is None:
             raise RuntimeError("secret key not loaded; call ensure_secret_key(config) first")
         return self.secret_key.get_secret_value().encode()
+
+    def previous_secrets(self) -> list[bytes]:
+        if self.secret_key_previous is None:
+            return []
+        keys = [k.strip() for k in self.secret_key_previous.get_secret_value().split(",")]
+        return [k.encode() for k in keys if k]
+
+    def trusted_networks(self) -> tuple[IPv4Network | IPv6Network, ...]:
+        return tuple(
+            ip_network(part.strip(), strict=False)
+            for part in self.trusted_proxies.split(",")
+            if part.strip()
+        )
 
     def describe(self) -> dict[str, Any]:
         """Settings safe to log: no secret, no password in a URL."""

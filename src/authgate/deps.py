@@ -24,6 +24,10 @@ def gate_of(request: Request) -> AuthGate:
 
 
 def client_ip(request: Request) -> str:
+    """The client address `RequestGuard` resolved (trusted proxies applied)."""
+    resolved: str | None = request.scope.get("state", {}).get("authgate_client_ip")
+    if resolved is not None:
+        return resolved
     return request.client.host if request.client else "unknown"
 
 

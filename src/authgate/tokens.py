@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -56,11 +57,28 @@ def digest(token: str) -> bytes:
 
 
 class Keys:
-    """Key material derived from the one configured secret, one subkey per purpose."""
+    """Key material derived from the configured secret, one subkey per purpose.
 
-    def __init__(self, secret: bytes, *, issuer: str, audience: str) -> None:
+    `previous` secrets (a rotation in progress) verify but never sign, so access tokens and
+    CSRF values issued before the rotation keep working until they expire.
+    """
+
+    def __init__(
+        self,
+        secret: bytes,
+        *,
+        issuer: str,
+        audience: str,
+        previous: Sequence[bytes] = (),
+    ) -> None:
         self._jwt_key = _derive(secret, b"authgate/access-token/v1")
         self._csrf_key = _derive(secret, b"authgate/csrf/v1")
+        self._jwt_verify_keys = [self._jwt_key] + [
+            _derive(old, b"authgate/access-token/v1") for old in previous
+        ]
+        self._csrf_verify_keys = [self._csrf_key] + [
+            _derive(old, b"authgate/csrf/v1") for old in previous
+        ]
         self.issuer = issuer
         self.audience = audience
 
@@ -91,23 +109,7 @@ class Keys:
             raise TokenError("not an access token")
         if _FORBIDDEN_HEADERS.intersection(header) or "kid" in header:
             raise TokenError("forbidden header parameter")
-        try:
-            # Time claims are checked below against our clock, which tests can move.
-            claims: dict[str, Any] = jwt.decode(
-                token,
-                self._jwt_key,
-                algorithms=[ALGORITHM],
-                audience=self.audience,
-                issuer=self.issuer,
-                options={
-                    "require": list(_REQUIRED_CLAIMS),
-                    "verify_exp": False,
-                    "verify_nbf": False,
-                    "verify_iat": False,
-                },
-            )
-        except jwt.PyJWTError as exc:
-            raise TokenError("invalid token") from exc
+        claims = self._decode(token)
         ts = now.timestamp()
         exp, iat, nbf = claims["exp"], claims["iat"], claims.get("nbf", claims["iat"])
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (exp, iat, nbf)):
@@ -125,6 +127,30 @@ class Keys:
             user_id=int(sub), session_id=sid, issued_at=iat, expires_at=exp, jti=jti
         )
 
+    def _decode(self, token: str) -> dict[str, Any]:
+        for key in self._jwt_verify_keys:
+            try:
+                # Time claims are checked by the caller against our clock, which tests move.
+                claims: dict[str, Any] = jwt.decode(
+                    token,
+                    key,
+                    algorithms=[ALGORITHM],
+                    audience=self.audience,
+                    issuer=self.issuer,
+                    options={
+                        "require": list(_REQUIRED_CLAIMS),
+                        "verify_exp": False,
+                        "verify_nbf": False,
+                        "verify_iat": False,
+                    },
+                )
+            except jwt.InvalidSignatureError:
+                continue  # perhaps signed with a previous key
+            except jwt.PyJWTError as exc:
+                raise TokenError("invalid token") from exc
+            return claims
+        raise TokenError("invalid signature")
+
     # --- CSRF (signed double-submit, bound to the session) -------------------------------
 
     def issue_csrf(self, session_id: str) -> str:
@@ -135,11 +161,17 @@ class Keys:
         nonce, sep, mac = value.partition(".")
         if not sep or not nonce or not mac:
             return False
-        return hmac.compare_digest(mac, self._csrf_mac(session_id, nonce))
+        # Bytes, not str: compare_digest raises TypeError on non-ASCII str, and a header
+        # value can carry any latin-1 character.
+        given = mac.encode("utf-8", "surrogatepass")
+        return any(
+            hmac.compare_digest(given, self._csrf_mac(session_id, nonce, key).encode())
+            for key in self._csrf_verify_keys
+        )
 
-    def _csrf_mac(self, session_id: str, nonce: str) -> str:
+    def _csrf_mac(self, session_id: str, nonce: str, key: bytes | None = None) -> str:
         msg = f"{session_id}.{nonce}".encode("utf-8", "surrogatepass")
-        return hmac.new(self._csrf_key, msg, hashlib.sha256).hexdigest()
+        return hmac.new(key or self._csrf_key, msg, hashlib.sha256).hexdigest()
 
 
 def _derive(secret: bytes, label: bytes) -> bytes:

@@ -6,6 +6,8 @@ What a token *is* lives in `tokens.py`; this module only moves strings in and ou
 from __future__ import annotations
 
 import hmac
+from collections.abc import Sequence
+from ipaddress import IPv4Network, IPv6Network, ip_address
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,6 +23,7 @@ __all__ = [
     "REFRESH_COOKIE",
     "access_token_from",
     "clear_auth_cookies",
+    "client_address",
     "require_csrf_header",
     "set_auth_cookies",
 ]
@@ -113,3 +116,45 @@ def require_csrf_header(request: Request) -> str:
     ):
         raise CsrfFailed()
     return header
+
+
+def client_address(
+    peer: str | None,
+    forwarded_for: Sequence[str],
+    trusted: Sequence[IPv4Network | IPv6Network],
+) -> str:
+    """The client's IP address, believing `X-Forwarded-For` only from trusted proxies.
+
+    Walks the forwarding chain from the nearest hop outwards and stops at the first address
+    that is not a trusted proxy: entries further left were written by the client itself and
+    prove nothing. A peer that is not a trusted proxy is the client, whatever it sends.
+    """
+    if peer is None:
+        return "unknown"
+    if not trusted or not _is_trusted(peer, trusted):
+        return peer
+    hops = [h.strip() for value in forwarded_for for h in value.split(",") if h.strip()]
+    client = peer
+    for hop in reversed(hops):
+        if not _valid_ip(hop):
+            break
+        client = hop
+        if not _is_trusted(hop, trusted):
+            break
+    return client
+
+
+def _valid_ip(value: str) -> bool:
+    try:
+        ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_trusted(address: str, trusted: Sequence[IPv4Network | IPv6Network]) -> bool:
+    try:
+        ip = ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in trusted)
