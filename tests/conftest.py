@@ -198,6 +198,24 @@ async def backend(
         await delete_redis_prefix(prefix)
 
 
+@pytest.fixture
+async def pg_backend(tmp_path: Path, pg_template: PgTemplate) -> AsyncIterator[Backend]:
+    """A fresh migrated PostgreSQL database and a Redis prefix (no SQLite variant)."""
+    require_backend()
+    await asyncio.to_thread(pg_template.ensure)
+    name = await pg_template.clone()
+    prefix = f"authgate-test-{secrets.token_hex(6)}:"
+    try:
+        yield Backend(
+            "postgres",
+            tmp_path / "data",
+            {"database_url": pg_url(name), "cache_url": REDIS_URL, "cache_prefix": prefix},
+        )
+    finally:
+        await PgTemplate.drop(name)
+        await delete_redis_prefix(prefix)
+
+
 # --- the clock ---------------------------------------------------------------------------
 
 
@@ -298,7 +316,7 @@ class SmtpSink:
         self.messages: list[EmailMessage] = []
         self._controller = Controller(self, hostname="127.0.0.1", port=0)
 
-    async def handle_DATA(self, _server: Any, _session: Any, envelope: Any) -> str:  # noqa: N802
+    async def handle_DATA(self, _server: Any, _session: Any, envelope: Any) -> str:
         msg = message_from_bytes(envelope.content, policy=policy.default)
         assert isinstance(msg, EmailMessage)
         self.messages.append(msg)

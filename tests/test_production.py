@@ -33,7 +33,6 @@ from tests.conftest import (
     Backend,
     PgTemplate,
     bearer,
-    delete_redis_prefix,
     login,
     make_config,
     pg_url,
@@ -41,24 +40,6 @@ from tests.conftest import (
     require_backend,
     running,
 )
-
-
-@pytest.fixture
-async def pg_backend(tmp_path: Path, pg_template: PgTemplate) -> AsyncIterator[Backend]:
-    """A fresh migrated PostgreSQL database and a Redis prefix (no SQLite variant)."""
-    require_backend()
-    await asyncio.to_thread(pg_template.ensure)
-    name = await pg_template.clone()
-    prefix = f"authgate-test-{secrets.token_hex(6)}:"
-    try:
-        yield Backend(
-            "postgres",
-            tmp_path / "data",
-            {"database_url": pg_url(name), "cache_url": REDIS_URL, "cache_prefix": prefix},
-        )
-    finally:
-        await PgTemplate.drop(name)
-        await delete_redis_prefix(prefix)
 
 
 @pytest.fixture
@@ -291,18 +272,29 @@ async def test_database_outage_answers_503_and_recovers(pg_backend: Backend) -> 
                 await client.get("/auth/me", headers=bearer(tokens["access_token"]))
             ).status_code == 200
 
+            # A second session, never seen by GET /me, so not in the Redis state cache.
+            other = await login(client)
+            client.cookies.clear()
+
             await forwarder.shut()
             async with asyncio.timeout(30):
-                for request in (
-                    client.get("/auth/me", headers=bearer(tokens["access_token"])),
-                    client.post(
+                # The session already in the cache keeps answering: Redis knows it is live.
+                cached = await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+                assert cached.status_code == 200
+                requests = (
+                    lambda: client.get("/auth/me", headers=bearer(other["access_token"])),
+                    lambda: client.post(
                         "/auth/login", json={"email": "ann@example.com", "password": PASSWORD}
                     ),
-                    client.post(
+                    lambda: client.post(
                         "/auth/register", json={"email": "bob@example.com", "password": PASSWORD}
                     ),
-                ):
-                    response = await request
+                    lambda: client.post(
+                        "/auth/refresh", json={"refresh_token": other["refresh_token"]}
+                    ),
+                )
+                for request in requests:
+                    response = await request()
                     assert response.status_code == 503
                     assert response.json() == {
                         "detail": "The service is temporarily unavailable; try again shortly.",
@@ -316,7 +308,7 @@ async def test_database_outage_answers_503_and_recovers(pg_backend: Backend) -> 
             await forwarder.open()
             async with asyncio.timeout(30):
                 me = await _wait_status(
-                    client, "/auth/me", 200, headers=bearer(tokens["access_token"])
+                    client, "/auth/me", 200, headers=bearer(other["access_token"])
                 )
                 assert me.json()["email"] == "ann@example.com"
                 assert (await client.get("/readiness")).status_code == 200

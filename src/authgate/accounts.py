@@ -101,6 +101,7 @@ class AccountService:
             await UserStore(s).set_password(user_id, password_hash, now)
             await tokens.spend_all(user_id, "reset", now)
             revoked = await SessionStore(s).revoke_all(user_id, now, "password_reset")
+        await self.sv.sessions_revoked(revoked)
         events.emit("password_reset_completed", user_id=user_id)
         for sid in revoked:
             events.emit("logged_out", session_id=sid, user_id=user_id, reason="password_reset")
@@ -127,6 +128,7 @@ class AccountService:
                 raise InvalidOneTimeToken()
             await UserStore(s).set_flags(user_id, now, email_verified=True)
             await tokens.spend_all(user_id, "verify", now)
+        await self.sv.user_changed(user_id)
         events.emit("verification_completed", user_id=user_id)
 
     # --- operator commands ------------------------------------------------------------
@@ -143,9 +145,12 @@ class AccountService:
             if user is None:
                 return None
             await users.set_flags(user.id, now, is_active=active)
-            if not active:
-                await SessionStore(s).revoke_all(user.id, now, "deactivated")
+            revoked = (
+                await SessionStore(s).revoke_all(user.id, now, "deactivated") if not active else []
+            )
             await s.refresh(user)
+        await self.sv.sessions_revoked(revoked)
+        await self.sv.user_changed(user.id)
         events.emit("activated" if active else "deactivated", user_id=user.id)
         return user
 

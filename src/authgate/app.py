@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from authgate import events
 from authgate.accounts import AccountService
-from authgate.cache import Cache, open_cache
+from authgate.cache import Cache, RedisCache, open_cache
 from authgate.config import AuthConfig, ensure_secret_key
 from authgate.db import Database, upgrade_schema
 from authgate.errors import AuthError, PayloadTooLarge, ServiceUnavailable
@@ -36,6 +36,7 @@ from authgate.ratelimit import Limits, RateLimiter
 from authgate.routes import auth_router, health_router
 from authgate.service import Background, Clock, Services, utcnow
 from authgate.sessions import SessionService
+from authgate.statecache import StateCache
 from authgate.transport import client_address
 
 __all__ = ["AuthGate", "create_app"]
@@ -102,6 +103,15 @@ class AuthGate:
             senders=make_senders(cfg),
             background=Background(),
             clock=clock,
+            state_cache=(
+                StateCache(
+                    self.cache.client,
+                    prefix=cfg.cache_prefix,
+                    tombstone_ttl=cfg.access_ttl + 60,
+                )
+                if isinstance(self.cache, RedisCache)
+                else None
+            ),
         )
         self.sessions = SessionService(self.services)
         self.accounts = AccountService(self.services)

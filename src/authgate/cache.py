@@ -1,9 +1,10 @@
 """The cache: state shared between workers that is not the durable record.
 
 Two product backends behind one protocol: in-process memory (the embedded default, one
-process) and Redis (`CACHE_URL`, shared by every worker and host). Today it holds the
-rate-limit counters; the database stays the source of truth for everything that matters
-for security, so losing the cache never makes a revoked session valid again.
+process) and Redis (`CACHE_URL`, shared by every worker and host). It holds the rate-limit
+counters, and with Redis also session state (`statecache.py`). The database stays the source
+of truth for everything that matters for security, so losing the cache never makes a revoked
+session valid again.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class MemoryCache:
 
 class RedisCache:
     def __init__(self, url: str, *, prefix: str, timeout: float) -> None:
-        self._client = aioredis.Redis.from_url(
+        self.client = aioredis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout
         )
         self.limits_storage: Storage = RedisStorage(
@@ -51,10 +52,10 @@ class RedisCache:
         )
 
     async def ping(self) -> None:
-        await self._client.ping()
+        await self.client.ping()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self.client.aclose()
 
 
 def open_cache(url: str | None, *, prefix: str, timeout: float = 2.0) -> Cache:

@@ -34,6 +34,9 @@ from authgate.config import AuthConfig
 __all__ = ["Database", "database_url", "upgrade_schema"]
 
 logger = logging.getLogger("authgate")
+# aiosqlite logs every call with its SQL parameters at DEBUG (password hashes, token digests),
+# past SQLAlchemy's hide_parameters: keep it quiet even when the root logger is at DEBUG.
+logging.getLogger("aiosqlite").setLevel(logging.INFO)
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 # Arbitrary but fixed: the key of the PostgreSQL advisory lock held while migrating.

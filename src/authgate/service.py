@@ -17,6 +17,7 @@ from authgate.db import Database
 from authgate.mail import MailSender, Purpose
 from authgate.passwords import PasswordHashing
 from authgate.ratelimit import RateLimiter
+from authgate.statecache import StateCache
 from authgate.tokens import Keys
 
 __all__ = ["Background", "Clock", "Services", "utcnow"]
@@ -77,3 +78,15 @@ class Services:
     senders: dict[Purpose, MailSender | None]
     background: Background
     clock: Clock = utcnow
+    #: Redis-backed session state; None without a shared cache (see statecache.py).
+    state_cache: StateCache | None = None
+
+    async def sessions_revoked(self, session_ids: list[str]) -> None:
+        """Call after the commit that revoked `session_ids`."""
+        if self.state_cache is not None:
+            await self.state_cache.revoke(session_ids)
+
+    async def user_changed(self, user_id: int) -> None:
+        """Call after the commit that changed a user's flags."""
+        if self.state_cache is not None:
+            await self.state_cache.forget_user(user_id)

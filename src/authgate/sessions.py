@@ -131,6 +131,7 @@ class SessionService:
                     )
                     session_end = state.expires_at
         if reused_session is not None:
+            await self.sv.sessions_revoked([reused_session])
             events.emit(
                 "refresh_reused", outcome="failure", session_id=reused_session, reason="reuse"
             )
@@ -161,6 +162,7 @@ class SessionService:
             revoked = [
                 sid for sid in sorted(session_ids) if await sessions.revoke(sid, now, "logout")
             ]
+        await self.sv.sessions_revoked(revoked)
         for sid in revoked:
             events.emit("logged_out", session_id=sid)
 
@@ -171,14 +173,23 @@ class SessionService:
             claims = self.sv.keys.verify_access(access_token, now=now)
         except TokenError:
             raise NotAuthenticated() from None
-        async with self.sv.db.read() as s:
-            state = await SessionStore(s).state(claims.session_id, claims.user_id)
-        # Revocation reaches access tokens at once: the family is checked on every request.
-        if state is None or not _live(state.revoked, state.expires_at, now):
+        # Revocation reaches access tokens at once: the family is checked on every request,
+        # in Redis when there is one (tombstones written at revocation), else the database.
+        cache = self.sv.state_cache
+        cached = await cache.get(claims.session_id, claims.user_id) if cache else None
+        if cached is not None and (cached.revoked or cached.user is not None):
+            user, revoked, expires_at = cached.user, cached.revoked, cached.expires_at
+        else:
+            async with self.sv.db.read() as s:
+                state = await SessionStore(s).state(claims.session_id, claims.user_id)
+            if state is None:
+                raise NotAuthenticated()
+            user, revoked, expires_at = state.user, state.revoked, state.expires_at
+            if cache is not None and not revoked:
+                await cache.put(claims.session_id, state.user, expires_at)
+        if user is None or not _live(revoked, expires_at, now) or not user.is_active:
             raise NotAuthenticated()
-        if not state.user.is_active:
-            raise NotAuthenticated()
-        return state.user, claims
+        return user, claims
 
     def _refresh_end(self, now: datetime, session_end: datetime | None) -> datetime:
         end = now + timedelta(seconds=self.sv.config.refresh_ttl)

@@ -119,7 +119,7 @@ class Keys:
         if nbf > ts or iat > ts + 60:
             raise TokenError("not yet valid")
         sub, sid, jti = claims["sub"], claims["sid"], claims["jti"]
-        if not (isinstance(sub, str) and sub.isdigit() and len(sub) <= 19):
+        if not (isinstance(sub, str) and sub.isascii() and sub.isdigit() and len(sub) <= 19):
             raise TokenError("malformed subject")
         if not (isinstance(sid, str) and len(sid) == 32) or not isinstance(jti, str):
             raise TokenError("malformed session")
