@@ -309,12 +309,25 @@ def bearer(token: str) -> dict[str, str]:
 # --- a real SMTP sink ---------------------------------------------------------------------
 
 
+class _EphemeralPortController(Controller):
+    """aiosmtpd's Controller, able to listen on port 0.
+
+    Its start-up probe connects to `self.port`, which stays 0 when the OS picks the port, and
+    so fails with "connection refused". Read the bound port back before probing.
+    """
+
+    def _trigger_server(self) -> None:
+        if self.port == 0 and self.server is not None:
+            self.port = self.server.sockets[0].getsockname()[1]
+        super()._trigger_server()
+
+
 class SmtpSink:
     """aiosmtpd on a loopback port, keeping every message it receives."""
 
     def __init__(self) -> None:
         self.messages: list[EmailMessage] = []
-        self._controller = Controller(self, hostname="127.0.0.1", port=0)
+        self._controller = _EphemeralPortController(self, hostname="127.0.0.1", port=0)
 
     async def handle_DATA(self, _server: Any, _session: Any, envelope: Any) -> str:
         msg = message_from_bytes(envelope.content, policy=policy.default)

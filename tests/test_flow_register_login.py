@@ -178,7 +178,9 @@ async def test_bearer_header_wins_over_cookie(client: httpx.AsyncClient) -> None
     await register(client, "ann@example.com")
     await register(client, "bob@example.com")
     await login(client, "ann@example.com")  # Ann's cookies stay in the jar
-    bob = (await client.post("/auth/login", json={"email": "bob@example.com", "password": PASSWORD})).json()
+    bob = (
+        await client.post("/auth/login", json={"email": "bob@example.com", "password": PASSWORD})
+    ).json()
     client.cookies.clear()
     ann = await login(client, "ann@example.com")
     response = await client.get("/auth/me", headers=bearer(bob["access_token"]))
@@ -225,9 +227,13 @@ async def test_access_token_expires(make_client: AppFactory, clock: object) -> N
         tokens = await login(client)
         client.cookies.clear()
         clock.advance(59)
-        assert (await client.get("/auth/me", headers=bearer(tokens["access_token"]))).status_code == 200
+        assert (
+            await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+        ).status_code == 200
         clock.advance(1)
-        assert (await client.get("/auth/me", headers=bearer(tokens["access_token"]))).status_code == 401
+        assert (
+            await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+        ).status_code == 401
 
 
 async def test_tokens_from_another_secret_are_refused(make_client: AppFactory) -> None:
