@@ -58,9 +58,9 @@ async def test_register_rejects_bad_input_with_422(
 
 
 async def test_password_limits_are_inclusive(client: httpx.AsyncClient) -> None:
-    await register(client, "eight@example.com", "12345678")
+    await register(client, "eight@example.com", "xq7!Lm2p")
     await register(client, "bytes@example.com", "é" * 36)  # exactly 72 bytes
-    await login(client, "eight@example.com", "12345678")
+    await login(client, "eight@example.com", "xq7!Lm2p")
     await login(client, "bytes@example.com", "é" * 36)
 
 

@@ -31,7 +31,7 @@ from authgate.config import AuthConfig, ensure_secret_key
 from authgate.db import Database, upgrade_schema
 from authgate.errors import AuthError, PayloadTooLarge, ServiceUnavailable
 from authgate.mail import make_senders
-from authgate.passwords import PasswordHashing
+from authgate.passwords import PasswordHashing, common_passwords
 from authgate.ratelimit import Limits, RateLimiter
 from authgate.routes import auth_router, health_router
 from authgate.service import Background, Clock, Services, utcnow
@@ -85,6 +85,7 @@ class AuthGate:
         from authgate.tokens import Keys
 
         cfg = self.config
+        common_passwords()  # load the blocklist now, not during the first registration
         self.cache: Cache = open_cache(cfg.cache_url, prefix=cfg.cache_prefix)
         self.services = Services(
             config=cfg,

@@ -27,7 +27,7 @@ SenderFn = Callable[[str, str], Awaitable[None] | None]
 
 #: Shorter keys are refused: HS256 and the CSRF HMAC want at least 256 bits of key.
 MIN_SECRET_KEY_LENGTH = 32
-SECRET_KEY_FILE = "secret_key"  # noqa: S105 - a file name
+SECRET_KEY_FILE = "secret_key"  # a file name  # noqa: S105  # nosec B105
 
 
 class AuthConfig(BaseSettings):

@@ -1,14 +1,18 @@
 """Password rules and argon2id hashing, off the event loop.
 
 Rules (interface §8, contract §4): at least 8 characters and at most 72 bytes of UTF-8, any
-characters, never truncated. Passwords are NFKC-normalised first, on every path (register,
-login, reset), so the same password typed on two keyboards is the same password.
+characters, never truncated, and not one of the 30,000 most common passwords (case-folded).
+Passwords are NFKC-normalised first, on every path (register, login, reset), so the same
+password typed on two keyboards is the same password.
 """
 
 from __future__ import annotations
 
+import functools
+import gzip
 import secrets
 import unicodedata
+from importlib import resources
 
 import anyio
 import anyio.to_thread
@@ -40,7 +44,18 @@ def password_problem(password: str) -> str | None:
         return "The password contains characters that cannot be encoded."
     if size > MAX_PASSWORD_BYTES:
         return f"The password must be at most {MAX_PASSWORD_BYTES} bytes in UTF-8."
+    if password.casefold() in common_passwords():
+        # NIST SP 800-63B §3.1.1.2: refuse values from lists of commonly used passwords.
+        return "This password is one of the most commonly used passwords; choose another."
     return None
+
+
+@functools.cache
+def common_passwords() -> frozenset[str]:
+    """The 30,000 most common passwords, NFKC-normalised and case-folded (shipped data; see
+    scripts/make-blocklist for where it comes from)."""
+    data = resources.files("authgate").joinpath("data/common-passwords.txt.gz").read_bytes()
+    return frozenset(gzip.decompress(data).decode().split("\n")) - {""}
 
 
 class PasswordHashing:

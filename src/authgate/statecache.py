@@ -146,7 +146,7 @@ def _user_from_json(user_id: int, raw: bytes | str) -> User:
         id=user_id,
         email=data["email"],
         email_key=data["email"].lower(),
-        password_hash="",  # never cached; nothing reads it from a request's user
+        password_hash="",  # never cached, never read from a request user  # nosec B106
         is_active=data["active"],
         is_superuser=data["superuser"],
         email_verified=data["verified"],

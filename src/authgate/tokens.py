@@ -19,7 +19,7 @@ __all__ = ["AccessClaims", "Keys", "TokenError", "digest", "new_opaque_token", "
 
 ALGORITHM = "HS256"
 #: RFC 9068 media type of JWT access tokens; a JWT without it is not an access token.
-ACCESS_TOKEN_TYP = "at+jwt"  # noqa: S105 - a media type
+ACCESS_TOKEN_TYP = "at+jwt"  # a media type  # noqa: S105  # nosec B105
 OPAQUE_TOKEN_BYTES = 32  # 256 bits
 #: Header parameters that would let a token pick its own key or demand extensions.
 _FORBIDDEN_HEADERS = frozenset({"jku", "jwk", "x5u", "x5c", "crit"})

@@ -1,0 +1,260 @@
+"""`authgate serve` as a real process on a loopback port (contract.md §2), on both backends.
+
+Servers run in their own process group (workers included) and are always stopped in a
+`finally`; every wait is a bounded loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import PASSWORD, TEST_SECRET, Backend, bearer
+
+pytestmark = pytest.mark.subprocess
+
+STARTUP_TIMEOUT = 30.0
+CLI_TIMEOUT = 60.0
+_UNPREFIXED = ("DATABASE_URL", "CACHE_URL")
+
+
+def clean_env(extra: dict[str, str], *, secret: str | None = TEST_SECRET) -> dict[str, str]:
+    """This process's environment without any authgate setting, plus the secret and `extra`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AUTHGATE_") and k not in _UNPREFIXED
+    }
+    if secret is not None:
+        env["AUTHGATE_SECRET_KEY"] = secret
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[bytes]
+    stderr_path: Path
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        """One request on a new connection (so that requests spread over the workers)."""
+        return httpx.get(self.url + path, timeout=10.0, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        return httpx.post(self.url + path, timeout=10.0, **kwargs)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the server's process group (workers too), SIGKILL if it lingers."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=15)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # stragglers of the group, if any
+    if process.poll() is None:
+        process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def serving(
+    env: dict[str, str], logs: Path, *args: str, cwd: Path | None = None
+) -> Iterator[Server]:
+    """`authgate serve --port <free port> *args`, yielded once /health answers 200."""
+    port = free_port()
+    logs.mkdir(parents=True, exist_ok=True)
+    stderr_path = logs / f"serve-{port}.err"
+    with (logs / f"serve-{port}.out").open("wb") as out, stderr_path.open("wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "authgate", "serve", "--port", str(port), *args],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+        try:
+            server = Server(f"http://127.0.0.1:{port}", process, stderr_path)
+            _wait_healthy(server)
+            yield server
+        finally:
+            _stop(process)
+
+
+def _wait_healthy(server: Server) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    for _ in range(int(STARTUP_TIMEOUT / 0.1)):
+        if server.process.poll() is not None:
+            pytest.fail(f"authgate serve exited with {server.process.returncode}:\n{server.stderr}")
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(server.url + "/health", timeout=1.0).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    pytest.fail(f"authgate serve did not become healthy in {STARTUP_TIMEOUT} s:\n{server.stderr}")
+
+
+def register_and_login(server: Server, email: str = "ann@example.com") -> dict[str, Any]:
+    response = server.post("/auth/register", json={"email": email, "password": PASSWORD})
+    assert response.status_code == 201, response.text
+    response = server.post("/auth/login", json={"email": email, "password": PASSWORD})
+    assert response.status_code == 200, response.text
+    tokens: dict[str, Any] = response.json()
+    assert tokens["token_type"] == "bearer"
+    return tokens
+
+
+# --- the development setup ---------------------------------------------------------------
+
+
+def test_serve_with_no_configuration_then_restart(tmp_path: Path) -> None:
+    """No configuration at all: embedded SQLite and a generated key in ./.authgate, a
+    development warning, and a restart that keeps the key (old tokens still work)."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    data_dir = workdir / ".authgate"  # the default AUTHGATE_DATA_DIR, relative to the cwd
+
+    with serving(clean_env({}, secret=None), tmp_path / "logs", cwd=workdir) as server:
+        health = server.get("/health")
+        assert health.status_code == 200
+        assert health.json() == {"status": "ok"}
+        readiness = server.get("/readiness")
+        assert readiness.status_code == 200
+        assert readiness.json() == {"status": "ok", "checks": {}}
+        assert "development setup" in server.stderr
+
+        assert (data_dir / "authgate.sqlite3").is_file()
+        key_file = data_dir / "secret_key"
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        key = key_file.read_bytes()
+        assert len(key.strip()) >= 32
+
+        tokens = register_and_login(server)
+        me = server.get("/auth/me", headers=bearer(tokens["access_token"]))
+        assert me.status_code == 200, me.text
+        assert me.json()["email"] == "ann@example.com"
+        assert server.get("/auth/me").status_code == 401
+
+    # The same data dir, now named explicitly: the key is read back, not regenerated.
+    env = clean_env({"AUTHGATE_DATA_DIR": str(data_dir)}, secret=None)
+    with serving(env, tmp_path / "logs") as server:
+        assert key_file.read_bytes() == key
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        me = server.get("/auth/me", headers=bearer(tokens["access_token"]))
+        assert me.status_code == 200, me.text
+        assert me.json()["email"] == "ann@example.com"
+        refreshed = server.post("/auth/refresh", json={"refresh_token": tokens["refresh_token"]})
+        assert refreshed.status_code == 200, refreshed.text
+        assert "Traceback" not in server.stderr
+
+
+# --- several workers, both backends ------------------------------------------------------
+
+
+def test_serve_two_workers_share_database_and_key(backend: Backend, tmp_path: Path) -> None:
+    """`--workers 2`: a token issued by one worker works on every one, and so does its
+    revocation. On SQLite the workers share the generated key file; on PostgreSQL the
+    configured secret."""
+    secret = None if backend.name == "sqlite" else TEST_SECRET
+    env = clean_env(backend.env, secret=secret)
+    with serving(env, tmp_path / "logs", "--workers", "2") as server:
+        readiness = server.get("/readiness")
+        assert readiness.status_code == 200, readiness.text
+        body = readiness.json()
+        assert body["status"] == "ok"
+        if backend.name == "sqlite":
+            assert body["checks"] == {}
+        else:
+            assert set(body["checks"]) == {"database", "cache"}
+            for check in body["checks"].values():
+                assert check["status"] == "ok"
+                assert isinstance(check["latency_ms"], int | float)
+                assert not isinstance(check["latency_ms"], bool)
+                assert check["latency_ms"] >= 0
+
+        # Several logins, each on a new connection, so tokens come from both workers; each
+        # token is then presented on new connections, which land on either worker.
+        tokens = [register_and_login(server)]
+        for _ in range(3):
+            response = server.post(
+                "/auth/login", json={"email": "ann@example.com", "password": PASSWORD}
+            )
+            assert response.status_code == 200, response.text
+            tokens.append(response.json())
+        statuses = [
+            server.get("/auth/me", headers=bearer(t["access_token"])).status_code
+            for t in tokens
+            for _ in range(5)
+        ]
+        assert statuses == [200] * 20
+
+        logout = server.post("/auth/logout", json={"refresh_token": tokens[0]["refresh_token"]})
+        assert logout.status_code == 200
+        statuses = [
+            server.get("/auth/me", headers=bearer(tokens[0]["access_token"])).status_code
+            for _ in range(10)
+        ]
+        assert statuses == [401] * 10
+        assert server.get("/auth/me", headers=bearer(tokens[1]["access_token"])).status_code == 200
+        assert "Traceback" not in server.stderr
+
+
+# --- usage -------------------------------------------------------------------------------
+
+
+def test_serve_bad_port_is_usage_error(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "authgate", "serve", "--port", "notaport"],
+        env=clean_env({"AUTHGATE_DATA_DIR": str(tmp_path / "data")}),
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Usage:" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "data").exists()  # nothing was started or created
+
+
+def test_python_dash_m_help() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "authgate", "--help"],
+        env=clean_env({}),
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Usage:" in result.stdout
+    for command in ("serve", "db", "users", "purge"):
+        assert command in result.stdout
