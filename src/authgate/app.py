@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from limits.aio.strategies import MovingWindowRateLimiter
 from limits.errors import StorageError
@@ -99,7 +100,14 @@ class AuthGate:
             hashing=PasswordHashing(),
             limiter=RateLimiter(
                 MovingWindowRateLimiter(self.cache.limits_storage) if cfg.rate_limits else None,
-                Limits(),
+                Limits(
+                    login_per_ip=cfg.login_limit_per_ip,
+                    login_failures_per_account=cfg.login_failure_limit,
+                    register_per_ip=cfg.register_limit_per_ip,
+                    reset_per_ip=cfg.reset_limit_per_ip,
+                    reset_per_account=cfg.reset_limit_per_account,
+                    verify_per_ip=cfg.verify_limit_per_ip,
+                ),
             ),
             senders=make_senders(cfg),
             background=Background(),
@@ -140,6 +148,17 @@ class AuthGate:
         app.include_router(auth_router(self))
         app.include_router(health_router(self))
         install_error_handlers(app)
+        origins = [o.strip() for o in self.config.cors_origins.split(",") if o.strip()]
+        if origins:
+            # Exact origins only, never reflected: cookies ride along with these requests.
+            app.add_middleware(
+                CORSMiddleware,
+                allow_origins=origins,
+                allow_credentials=True,
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type", "X-CSRF-Token", "X-Request-ID"],
+                max_age=600,
+            )
         app.add_middleware(
             RequestGuard,
             max_body_bytes=self.config.max_body_bytes,

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
-from authgate.config import AuthConfig, ensure_secret_key
+from authgate.config import AuthConfig, ConfigError, ensure_secret_key
 
 __all__ = ["main"]
 
@@ -31,6 +31,8 @@ def _config() -> AuthConfig:
             f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors()
         )
         raise click.ClickException(f"invalid configuration: {problems}") from None
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot prepare the data directory: {exc.strerror}") from None
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["AuthConfig", "SenderFn", "ensure_secret_key"]
+__all__ = ["AuthConfig", "ConfigError", "SenderFn", "ensure_secret_key"]
 
 logger = logging.getLogger("authgate")
 
@@ -27,6 +27,8 @@ SenderFn = Callable[[str, str], Awaitable[None] | None]
 
 #: Shorter keys are refused: HS256 and the CSRF HMAC want at least 256 bits of key.
 MIN_SECRET_KEY_LENGTH = 32
+#: "aaaa…" or "changeme-changeme-…" are long but guessable: ask for some variety too.
+MIN_SECRET_KEY_DISTINCT = 10
 SECRET_KEY_FILE = "secret_key"  # a file name  # noqa: S105  # nosec B105
 
 
@@ -76,6 +78,16 @@ class AuthConfig(BaseSettings):
     cookie_domain: str | None = None
 
     rate_limits: bool = True
+    # Rate limits in the `limits` notation ("N/period", e.g. "30/minute", "10/15minutes").
+    login_limit_per_ip: str = "30/minute"
+    login_failure_limit: str = "10/15minutes"
+    register_limit_per_ip: str = "20/hour"
+    reset_limit_per_ip: str = "20/hour"
+    reset_limit_per_account: str = "5/hour"
+    verify_limit_per_ip: str = "20/hour"
+    #: Comma-separated origins allowed to call the API from a browser with credentials
+    #: (CORS). Empty: no CORS headers at all, so no other origin can read an answer.
+    cors_origins: str = ""
     cache_prefix: str = "authgate:"
 
     jwt_issuer: str = "authgate"
@@ -111,12 +123,43 @@ class AuthConfig(BaseSettings):
     @field_validator("secret_key")
     @classmethod
     def _check_secret_key(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and len(value.get_secret_value()) < MIN_SECRET_KEY_LENGTH:
+        if value is not None and _weak(value.get_secret_value()):
             # The message names the rule, never the value.
             raise ValueError(
-                f"AUTHGATE_SECRET_KEY must be at least {MIN_SECRET_KEY_LENGTH} characters; "
-                "generate one with: python -c 'import secrets; print(secrets.token_urlsafe(48))'"
+                f"AUTHGATE_SECRET_KEY must be at least {MIN_SECRET_KEY_LENGTH} characters with "
+                f"at least {MIN_SECRET_KEY_DISTINCT} different ones; generate one with: "
+                "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
             )
+        return value
+
+    @field_validator(
+        "login_limit_per_ip",
+        "login_failure_limit",
+        "register_limit_per_ip",
+        "reset_limit_per_ip",
+        "reset_limit_per_account",
+        "verify_limit_per_ip",
+    )
+    @classmethod
+    def _check_limit(cls, value: str) -> str:
+        from limits import parse
+
+        try:
+            parse(value)
+        except ValueError:
+            raise ValueError(f"not a rate limit like '30/minute': {value!r}") from None
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_origins(cls, value: str) -> str:
+        for origin in value.split(","):
+            origin = origin.strip()
+            if origin and (origin == "*" or not origin.startswith(("http://", "https://"))):
+                raise ValueError(
+                    f"CORS origins must be exact http(s) origins, not {origin!r} "
+                    "(a wildcard cannot be combined with cookies)"
+                )
         return value
 
     @field_validator("trusted_proxies")
@@ -135,10 +178,11 @@ class AuthConfig(BaseSettings):
     def _check_previous(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
             for key in value.get_secret_value().split(","):
-                if key.strip() and len(key.strip()) < MIN_SECRET_KEY_LENGTH:
+                if key.strip() and _weak(key.strip()):
                     raise ValueError(
                         f"every AUTHGATE_SECRET_KEY_PREVIOUS key must be at least "
-                        f"{MIN_SECRET_KEY_LENGTH} characters"
+                        f"{MIN_SECRET_KEY_LENGTH} characters with at least "
+                        f"{MIN_SECRET_KEY_DISTINCT} different ones"
                     )
         return value
 
@@ -185,6 +229,14 @@ class AuthConfig(BaseSettings):
         }
 
 
+def _weak(key: str) -> bool:
+    return len(key) < MIN_SECRET_KEY_LENGTH or len(set(key)) < MIN_SECRET_KEY_DISTINCT
+
+
+class ConfigError(ValueError):
+    """A configuration that authgate refuses to start with; the message says what to change."""
+
+
 def _redact_url(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
@@ -202,6 +254,14 @@ def ensure_secret_key(config: AuthConfig) -> AuthConfig:
     """
     if config.secret_key is not None:
         return config
+    if not config.embedded:
+        # Several workers and hosts share one database; a key generated on each would make
+        # every host refuse the others' tokens.
+        raise ConfigError(
+            "AUTHGATE_SECRET_KEY must be set when DATABASE_URL is set (every worker and host "
+            "needs the same key); generate one with: "
+            "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
+        )
     path = config.data_dir / SECRET_KEY_FILE
     config.data_dir.mkdir(parents=True, exist_ok=True)
     try:

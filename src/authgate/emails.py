@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 from email_validator import EmailNotValidError, validate_email
 
 __all__ = ["EmailProblem", "canonical_email", "email_key"]
@@ -30,7 +32,9 @@ def canonical_email(raw: str) -> tuple[str, str]:
 
 
 def email_key(address: str) -> str:
-    return address.casefold() if address.isascii() else address.lower()
+    # NFKC then case-fold: the fullwidth spelling of "Ann@example.com" and the plain one are one
+    # account rather than two that look alike.
+    return unicodedata.normalize("NFKC", address).casefold()
 
 
 def login_key(raw: str) -> str | None:

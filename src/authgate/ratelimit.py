@@ -25,12 +25,14 @@ __all__ = ["Limits", "RateLimiter"]
 
 @dataclass(frozen=True)
 class Limits:
-    login_per_ip: str = "30/minute"
-    login_failures_per_account: str = "10/15minutes"
-    register_per_ip: str = "20/hour"
-    reset_per_ip: str = "20/hour"
-    reset_per_account: str = "5/hour"
-    verify_per_ip: str = "20/hour"
+    """One `limits` notation string per policy; the defaults live in `AuthConfig`."""
+
+    login_per_ip: str
+    login_failures_per_account: str
+    register_per_ip: str
+    reset_per_ip: str
+    reset_per_account: str
+    verify_per_ip: str
 
 
 class RateLimiter:

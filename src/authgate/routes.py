@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 
 from authgate.deps import CurrentUser, client_ip
 from authgate.errors import InvalidRefreshToken
@@ -33,6 +36,7 @@ from authgate.transport import (
     clear_auth_cookies,
     require_csrf_header,
     set_auth_cookies,
+    single_cookie,
 )
 
 if TYPE_CHECKING:
@@ -44,6 +48,36 @@ READINESS_TIMEOUT_S = 2.0
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
 
+class StrictJsonRequest(Request):
+    """JSON bodies with a key given twice are refused, not resolved by "last one wins"."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            self._json = json.loads(body, object_pairs_hook=_unique_keys)
+        return self._json
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            # A JSONDecodeError, so FastAPI answers its usual 422 json_invalid.
+            raise json.JSONDecodeError(f"duplicate key {key[:64]!r}", "", 0)
+        out[key] = value
+    return out
+
+
+class StrictJsonRoute(APIRoute):
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(StrictJsonRequest(request.scope, request.receive))
+
+        return strict
+
+
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorResponse} for code in codes}
 
@@ -53,7 +87,7 @@ def _no_store(response: Response) -> None:
 
 
 def auth_router(gate: AuthGate) -> APIRouter:
-    router = APIRouter(prefix=gate.config.prefix, tags=["auth"])
+    router = APIRouter(prefix=gate.config.prefix, tags=["auth"], route_class=StrictJsonRoute)
     config = gate.config
 
     def token_response(response: Response, tokens: IssuedTokens) -> TokenResponse:
@@ -86,7 +120,7 @@ def auth_router(gate: AuthGate) -> APIRouter:
         if body is not None:
             tokens = await gate.sessions.refresh(body.refresh_token)
         else:
-            cookie = request.cookies.get(REFRESH_COOKIE)
+            cookie = single_cookie(request, REFRESH_COOKIE)
             if not cookie:
                 raise InvalidRefreshToken()
             csrf = require_csrf_header(request)
@@ -102,7 +136,7 @@ def auth_router(gate: AuthGate) -> APIRouter:
         # No CSRF check: logout must answer 200 with or without authentication, and a
         # forced logout grants an attacker nothing (contract §4).
         refresh_token = (
-            body.refresh_token if body is not None else request.cookies.get(REFRESH_COOKIE)
+            body.refresh_token if body is not None else single_cookie(request, REFRESH_COOKIE)
         )
         access_token, _ = access_token_from(request)
         await gate.sessions.logout(refresh_token, access_token)

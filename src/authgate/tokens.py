@@ -21,6 +21,8 @@ ALGORITHM = "HS256"
 #: RFC 9068 media type of JWT access tokens; a JWT without it is not an access token.
 ACCESS_TOKEN_TYP = "at+jwt"  # a media type  # noqa: S105  # nosec B105
 OPAQUE_TOKEN_BYTES = 32  # 256 bits
+#: Ours are about 350 characters; anything much longer is not worth parsing.
+MAX_ACCESS_TOKEN_LENGTH = 2048
 #: Header parameters that would let a token pick its own key or demand extensions.
 _FORBIDDEN_HEADERS = frozenset({"jku", "jwk", "x5u", "x5c", "crit"})
 _REQUIRED_CLAIMS = ("sub", "sid", "iat", "exp", "jti", "iss", "aud")
@@ -99,6 +101,8 @@ class Keys:
         return jwt.encode(claims, self._jwt_key, algorithm=ALGORITHM, headers={"typ": "at+jwt"})
 
     def verify_access(self, token: str, *, now: datetime) -> AccessClaims:
+        if len(token) > MAX_ACCESS_TOKEN_LENGTH or not token.isascii():
+            raise TokenError("malformed token")
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as exc:

@@ -26,6 +26,7 @@ __all__ = [
     "client_address",
     "require_csrf_header",
     "set_auth_cookies",
+    "single_cookie",
 ]
 
 ACCESS_COOKIE = "svc_access_token"
@@ -98,8 +99,24 @@ def access_token_from(request: Request) -> tuple[str | None, bool]:
         if scheme.lower() == "bearer" and value:
             return value, False
         return None, False
-    cookie = request.cookies.get(ACCESS_COOKIE)
+    cookie = single_cookie(request, ACCESS_COOKIE)
     return (cookie, True) if cookie else (None, False)
+
+
+def single_cookie(request: Request, name: str) -> str | None:
+    """The cookie's value, or None when absent, empty or sent more than once.
+
+    Two cookies of one name is what cookie tossing looks like (a sibling subdomain planting a
+    cookie with a narrower path): authgate then uses neither rather than guess.
+    """
+    header = request.headers.get("cookie")
+    if header is None or _cookie_count(header, name) > 1:
+        return None
+    return request.cookies.get(name) or None
+
+
+def _cookie_count(header: str, name: str) -> int:
+    return sum(1 for part in header.split(";") if part.strip().partition("=")[0] == name)
 
 
 def require_csrf_header(request: Request) -> str:
@@ -108,7 +125,7 @@ def require_csrf_header(request: Request) -> str:
     The caller still checks that the value is bound to the session it is about to act on.
     """
     header = request.headers.get(CSRF_HEADER)
-    cookie = request.cookies.get(CSRF_COOKIE)
+    cookie = single_cookie(request, CSRF_COOKIE)
     if not header or not cookie:
         raise CsrfFailed()
     if not hmac.compare_digest(
