@@ -31,6 +31,7 @@ from authgate.cache import Cache, RedisCache, open_cache
 from authgate.config import AuthConfig, ensure_secret_key
 from authgate.db import Database, upgrade_schema
 from authgate.errors import AuthError, PayloadTooLarge, ServiceUnavailable
+from authgate.jwks import load_signing_keys
 from authgate.mail import make_senders
 from authgate.passwords import PasswordHashing, common_passwords
 from authgate.ratelimit import Limits, RateLimiter
@@ -96,6 +97,7 @@ class AuthGate:
                 issuer=cfg.jwt_issuer,
                 audience=cfg.jwt_audience,
                 previous=cfg.previous_secrets(),
+                signing=load_signing_keys(cfg),
             ),
             hashing=PasswordHashing(),
             limiter=RateLimiter(

@@ -92,6 +92,11 @@ class AuthConfig(BaseSettings):
 
     jwt_issuer: str = "authgate"
     jwt_audience: str = "authgate"
+    #: HS256 (key derived from the secret key), or EdDSA / ES256 with a published JWKS.
+    jwt_algorithm: Literal["HS256", "EdDSA", "ES256"] = "HS256"
+    jwt_private_key_file: Path | None = None
+    #: Comma-separated PEM files of former signing keys: they verify (and stay in the JWKS).
+    jwt_previous_key_files: str = ""
 
     #: Largest request body accepted, in bytes; larger bodies get 413 before parsing.
     max_body_bytes: int = Field(default=16_384, gt=0)

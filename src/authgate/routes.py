@@ -187,6 +187,13 @@ def auth_router(gate: AuthGate) -> APIRouter:
 def health_router(gate: AuthGate) -> APIRouter:
     router = APIRouter(tags=["health"])
 
+    @router.get("/.well-known/jwks.json", tags=["keys"])
+    async def jwks() -> Any:
+        """Public keys of the access-token signatures (empty with HS256)."""
+        return JSONResponse(
+            gate.services.keys.jwks(), headers={"Cache-Control": "public, max-age=300"}
+        )
+
     @router.get("/health", response_model=HealthResponse)
     async def health() -> Any:
         return HealthResponse()

@@ -11,9 +11,12 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jwt
+
+if TYPE_CHECKING:
+    from authgate.jwks import SigningKeys
 
 __all__ = ["AccessClaims", "Keys", "TokenError", "digest", "new_opaque_token", "new_session_id"]
 
@@ -72,7 +75,10 @@ class Keys:
         issuer: str,
         audience: str,
         previous: Sequence[bytes] = (),
+        signing: SigningKeys | None = None,
     ) -> None:
+        self._signing = signing
+        self.algorithm = signing.algorithm if signing is not None else ALGORITHM
         self._jwt_key = _derive(secret, b"authgate/access-token/v1")
         self._csrf_key = _derive(secret, b"authgate/csrf/v1")
         self._jwt_verify_keys = [self._jwt_key] + [
@@ -98,7 +104,16 @@ class Keys:
             "iss": self.issuer,
             "aud": self.audience,
         }
-        return jwt.encode(claims, self._jwt_key, algorithm=ALGORITHM, headers={"typ": "at+jwt"})
+        if self._signing is not None:
+            return jwt.encode(
+                claims,
+                self._signing.private_key,
+                algorithm=self._signing.algorithm,
+                headers={"typ": ACCESS_TOKEN_TYP, "kid": self._signing.kid},
+            )
+        return jwt.encode(
+            claims, self._jwt_key, algorithm=ALGORITHM, headers={"typ": ACCESS_TOKEN_TYP}
+        )
 
     def verify_access(self, token: str, *, now: datetime) -> AccessClaims:
         if len(token) > MAX_ACCESS_TOKEN_LENGTH or not token.isascii():
@@ -107,13 +122,23 @@ class Keys:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as exc:
             raise TokenError("malformed token") from exc
-        if header.get("alg") != ALGORITHM:
+        # The algorithm is pinned by configuration, never chosen by the token.
+        if header.get("alg") != self.algorithm:
             raise TokenError("unexpected algorithm")
         if header.get("typ") != ACCESS_TOKEN_TYP:
             raise TokenError("not an access token")
-        if _FORBIDDEN_HEADERS.intersection(header) or "kid" in header:
+        if _FORBIDDEN_HEADERS.intersection(header):
             raise TokenError("forbidden header parameter")
-        claims = self._decode(token)
+        if self._signing is None:
+            if "kid" in header:
+                raise TokenError("forbidden header parameter")
+            claims = self._decode(token)
+        else:
+            kid = header.get("kid")
+            public = self._signing.public_keys.get(kid) if isinstance(kid, str) else None
+            if public is None:
+                raise TokenError("unknown key id")
+            claims = self._decode_with(token, public)
         ts = now.timestamp()
         exp, iat, nbf = claims["exp"], claims["iat"], claims.get("nbf", claims["iat"])
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (exp, iat, nbf)):
@@ -130,6 +155,30 @@ class Keys:
         return AccessClaims(
             user_id=int(sub), session_id=sid, issued_at=iat, expires_at=exp, jti=jti
         )
+
+    def _decode_with(self, token: str, key: Any) -> dict[str, Any]:
+        assert self._signing is not None
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key,
+                algorithms=[self._signing.algorithm],
+                audience=self.audience,
+                issuer=self.issuer,
+                options={
+                    "require": list(_REQUIRED_CLAIMS),
+                    "verify_exp": False,
+                    "verify_nbf": False,
+                    "verify_iat": False,
+                },
+            )
+        except jwt.PyJWTError as exc:
+            raise TokenError("invalid token") from exc
+        return claims
+
+    def jwks(self) -> dict[str, Any]:
+        """The public keys other services may verify access tokens with (none for HS256)."""
+        return self._signing.jwks() if self._signing is not None else {"keys": []}
 
     def _decode(self, token: str) -> dict[str, Any]:
         for key in self._jwt_verify_keys:

@@ -1,0 +1,174 @@
+"""Optional asymmetric signing: EdDSA / ES256 access tokens, the JWKS, key rotation."""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import os
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+from authgate import AuthConfig
+from authgate.config import ConfigError
+from authgate.jwks import GENERATED_KEY_FILE, load_signing_keys
+from authgate.tokens import Keys, TokenError
+from tests.conftest import TEST_SECRET, AppFactory, Backend, bearer, login, register
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+SID = "b" * 32
+
+
+def _write_key(path: Path, algorithm: str) -> Path:
+    key = (
+        ed25519.Ed25519PrivateKey.generate()
+        if algorithm == "EdDSA"
+        else ec.generate_private_key(ec.SECP256R1())
+    )
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return path
+
+
+def _keys(tmp_path: Path, algorithm: str, **extra: object) -> Keys:
+    cfg = AuthConfig(data_dir=tmp_path, secret_key=TEST_SECRET, jwt_algorithm=algorithm, **extra)
+    return Keys(
+        cfg.secret(), issuer="authgate", audience="authgate", signing=load_signing_keys(cfg)
+    )
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+@pytest.mark.parametrize("algorithm", ["EdDSA", "ES256"])
+async def test_tokens_verify_offline_with_the_published_jwks(
+    make_client: AppFactory, backend: Backend, algorithm: str
+) -> None:
+    key_file = _write_key(backend.data_dir.parent / "signing.pem", algorithm)
+    async with make_client(jwt_algorithm=algorithm, jwt_private_key_file=key_file) as client:
+        await register(client)
+        tokens = await login(client)
+        jwks = (await client.get("/.well-known/jwks.json")).json()
+        client.cookies.clear()
+        assert (
+            await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+        ).status_code == 200
+    header = jwt.get_unverified_header(tokens["access_token"])
+    assert header["alg"] == algorithm
+    (jwk,) = jwks["keys"]
+    assert jwk["kid"] == header["kid"]
+    assert "d" not in jwk  # never the private half
+    # Another service, with nothing but the JWKS:
+    claims = jwt.decode(
+        tokens["access_token"],
+        jwt.PyJWK(jwk).key,
+        algorithms=[algorithm],
+        audience="authgate",
+        issuer="authgate",
+    )
+    assert claims["sub"] == "1"
+
+
+def test_embedded_setup_generates_one_key(tmp_path: Path) -> None:
+    first = _keys(tmp_path, "EdDSA")
+    path = tmp_path / GENERATED_KEY_FILE
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    second = _keys(tmp_path, "EdDSA")
+    token = first.issue_access(user_id=1, session_id=SID, now=NOW, ttl=60)
+    assert second.verify_access(token, now=NOW).user_id == 1
+
+
+def test_hs256_has_an_empty_jwks(tmp_path: Path) -> None:
+    assert _keys(tmp_path, "HS256").jwks() == {"keys": []}
+
+
+def test_algorithm_confusion_and_key_ids_are_refused(tmp_path: Path) -> None:
+    keys = _keys(tmp_path, "EdDSA")
+    good = keys.issue_access(user_id=1, session_id=SID, now=NOW, ttl=60)
+    header = jwt.get_unverified_header(good)
+    payload = good.split(".")[1]
+    public_pem = (tmp_path / GENERATED_KEY_FILE).read_bytes()  # stands in for a public key
+
+    def forged(head: dict[str, object], key: bytes) -> str:
+        signing_input = f"{_b64(json.dumps(head).encode())}.{payload}"
+        mac = hmac.new(key, signing_input.encode(), "sha256").digest()
+        return f"{signing_input}.{_b64(mac)}"
+
+    # HS256 keyed with the public key: the classic confusion attack.
+    for token in (
+        forged({**header, "alg": "HS256"}, public_pem),
+        forged({"alg": "HS256", "typ": "at+jwt"}, TEST_SECRET.encode()),
+    ):
+        with pytest.raises(TokenError):
+            keys.verify_access(token, now=NOW)
+    # A signature that is fine but a kid we never issued, or none at all.
+    sig = good.rsplit(".", 1)[1]
+    for bad_header in (
+        {**header, "kid": "someone-else"},
+        {k: v for k, v in header.items() if k != "kid"},
+    ):
+        token = f"{_b64(json.dumps(bad_header).encode())}.{payload}.{sig}"
+        with pytest.raises(TokenError):
+            keys.verify_access(token, now=NOW)
+
+
+def test_rotation_keeps_the_previous_key_verifying(tmp_path: Path) -> None:
+    old_file = _write_key(tmp_path / "old.pem", "EdDSA")
+    new_file = _write_key(tmp_path / "new.pem", "EdDSA")
+    old = _keys(tmp_path, "EdDSA", jwt_private_key_file=old_file)
+    token = old.issue_access(user_id=7, session_id=SID, now=NOW, ttl=60)
+    rotated = _keys(
+        tmp_path, "EdDSA", jwt_private_key_file=new_file, jwt_previous_key_files=str(old_file)
+    )
+    assert rotated.verify_access(token, now=NOW).user_id == 7
+    assert len(rotated.jwks()["keys"]) == 2
+    fresh = rotated.issue_access(user_id=7, session_id=SID, now=NOW, ttl=60)
+    assert jwt.get_unverified_header(fresh)["kid"] == rotated.jwks()["keys"][0]["kid"]
+    assert jwt.get_unverified_header(fresh)["kid"] != jwt.get_unverified_header(token)["kid"]
+    # A previous key given as a public PEM works just as well.
+    public_file = tmp_path / "old.pub"
+    old_public = serialization.load_pem_private_key(old_file.read_bytes(), None).public_key()
+    public_file.write_bytes(
+        old_public.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    by_public = _keys(
+        tmp_path, "EdDSA", jwt_private_key_file=new_file, jwt_previous_key_files=str(public_file)
+    )
+    assert by_public.verify_access(token, now=NOW).user_id == 7
+    # Once dropped, its tokens are refused.
+    with pytest.raises(TokenError):
+        _keys(tmp_path, "EdDSA", jwt_private_key_file=new_file).verify_access(token, now=NOW)
+
+
+def test_misconfiguration_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="JWT_PRIVATE_KEY_FILE must be set"):
+        load_signing_keys(
+            AuthConfig(
+                data_dir=tmp_path,
+                secret_key=TEST_SECRET,
+                database_url="postgresql://db.invalid/x",
+                jwt_algorithm="EdDSA",
+            )
+        )
+    ed_file = _write_key(tmp_path / "ed.pem", "EdDSA")
+    with pytest.raises(ConfigError, match="P-256"):
+        _keys(tmp_path, "ES256", jwt_private_key_file=ed_file)
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n")
+    with pytest.raises(ConfigError) as info:
+        _keys(tmp_path, "EdDSA", jwt_private_key_file=garbage)
+    assert "bm90IGEga2V5" not in str(info.value)
