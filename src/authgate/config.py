@@ -98,6 +98,8 @@ class AuthConfig(BaseSettings):
     #: Comma-separated PEM files of former signing keys: they verify (and stay in the JWKS).
     jwt_previous_key_files: str = ""
 
+    #: Longest a password hash may wait for a core before the request gets 503 + Retry-After.
+    hash_max_wait: float = Field(default=0.5, gt=0)
     #: Largest request body accepted, in bytes; larger bodies get 413 before parsing.
     max_body_bytes: int = Field(default=16_384, gt=0)
     #: Apply pending migrations when the application starts.

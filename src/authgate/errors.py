@@ -21,6 +21,7 @@ strings: no message ever interpolates a secret, a token or a password.
     ├── RateLimited (429)                rate_limited
     ├── NotConfigured (501)              not_configured
     └── ServiceUnavailable (503)         service_unavailable
+        └── Busy                         busy
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 __all__ = [
     "AuthError",
     "BadRequest",
+    "Busy",
     "Conflict",
     "CsrfFailed",
     "EmailTaken",
@@ -150,3 +152,10 @@ class ServiceUnavailable(AuthError):
     def __init__(self, detail: str | None = None, retry_after: int = 1) -> None:
         self.retry_after = retry_after
         super().__init__(detail)
+
+
+class Busy(ServiceUnavailable):
+    """More password hashes are waiting than can be done within the wait budget."""
+
+    code = "busy"
+    detail = "The service is busy; try again shortly."

@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import functools
 import gzip
+import os
 import secrets
+import time
 import unicodedata
+from collections.abc import Callable
 from importlib import resources
+from typing import TypeVar
 
 import anyio
 import anyio.to_thread
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+
+from authgate.errors import Busy
+
+T = TypeVar("T")
 
 __all__ = ["MAX_PASSWORD_BYTES", "MIN_PASSWORD_CHARS", "PasswordHashing", "password_problem"]
 
@@ -61,8 +69,13 @@ def common_passwords() -> frozenset[str]:
 class PasswordHashing:
     """argon2id with fixed parameters; every hash and verify runs in a worker thread.
 
-    `limiter` bounds how many hashes run at once (argon2 at these parameters is CPU- and
-    memory-bound; more threads than cores only adds latency).
+    At most one hash per core runs at once (argon2 at these parameters is CPU- and memory-
+    bound; more threads than cores only add latency). In front of that sits a bounded
+    admission queue: when more hashes are already waiting than can be done within `max_wait`
+    seconds, the next one is refused at once with `Busy` (503 + Retry-After) instead of
+    joining a queue that would turn overload into minute-long answers. The bound comes from
+    the time one hash takes on this machine, measured at start-up. Unknown-email logins pass
+    the same gate, so a refusal says nothing about which accounts exist.
     """
 
     def __init__(
@@ -72,25 +85,38 @@ class PasswordHashing:
         time_cost: int = ARGON2_TIME_COST,
         parallelism: int = ARGON2_PARALLELISM,
         max_concurrency: int | None = None,
+        max_wait: float = 0.5,
     ) -> None:
         self._hasher = PasswordHasher(
             time_cost=time_cost, memory_cost=memory_cost, parallelism=parallelism
         )
-        import os
-
-        self._limiter = anyio.CapacityLimiter(max_concurrency or os.cpu_count() or 1)
+        concurrency = max_concurrency or os.cpu_count() or 1
+        self._limiter = anyio.CapacityLimiter(concurrency)
         # A real hash of a random password: login for an unknown email verifies against it,
         # so it costs exactly what a wrong password for a known email costs.
+        started = time.perf_counter()
         self._dummy_hash = self._hasher.hash(secrets.token_urlsafe(16))
+        self.seconds_per_hash = min(max(time.perf_counter() - started, 0.005), 0.5)
+        self.max_pending = max(concurrency * 2, int(max_wait * concurrency / self.seconds_per_hash))
+        self._pending = 0
 
     async def hash(self, password: str) -> str:
-        return await anyio.to_thread.run_sync(self._hasher.hash, password, limiter=self._limiter)
+        return await self._admit(self._hasher.hash, password)
 
     async def verify(self, stored_hash: str | None, password: str) -> bool:
         """True when `password` matches; with `stored_hash=None` does the same work, False."""
         target = stored_hash if stored_hash is not None else self._dummy_hash
-        ok = await anyio.to_thread.run_sync(self._verify, target, password, limiter=self._limiter)
+        ok = await self._admit(self._verify, target, password)
         return ok and stored_hash is not None
+
+    async def _admit(self, fn: Callable[..., T], *args: str) -> T:
+        if self._pending >= self.max_pending:
+            raise Busy()
+        self._pending += 1
+        try:
+            return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+        finally:
+            self._pending -= 1
 
     def needs_rehash(self, stored_hash: str) -> bool:
         try:

@@ -1,0 +1,75 @@
+"""Overload: password hashing sits behind a bounded admission queue. What cannot be served
+within the wait budget is refused at once with 503 + Retry-After, never left to time out."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import func, select
+
+from authgate.db import Database
+from authgate.models import User
+from tests.conftest import PASSWORD, AppFactory, Backend, make_config, register
+
+
+async def test_logins_beyond_the_queue_get_503_busy(make_client: AppFactory) -> None:
+    async with make_client(hash_max_wait=0.001) as client:
+        await register(client)
+
+        async def attempt(i: int) -> tuple[int, dict[str, str], dict[str, str]]:
+            email = "ann@example.com" if i % 2 else f"ghost{i}@example.com"
+            response = await client.post(
+                "/auth/login", json={"email": email, "password": "wrong password"}
+            )
+            return response.status_code, dict(response.headers), response.json()
+
+        async with asyncio.timeout(120):
+            results = await asyncio.gather(*(attempt(i) for i in range(40)))
+        codes = [code for code, _, _ in results]
+        assert set(codes) == {401, 503}, codes
+        for code, headers, body in results:
+            if code == 503:
+                assert headers["retry-after"] == "1"
+                assert body == {"detail": "The service is busy; try again shortly.", "code": "busy"}
+        # Unknown and known emails are refused alike: the queue does not look at the account.
+        busy_known = sum(1 for i, r in enumerate(results) if r[0] == 503 and i % 2)
+        busy_unknown = sum(1 for i, r in enumerate(results) if r[0] == 503 and not i % 2)
+        assert busy_known > 0
+        assert busy_unknown > 0
+        # Once the burst is over, logins are served again.
+        response = await client.post(
+            "/auth/login", json={"email": "ann@example.com", "password": PASSWORD}
+        )
+        assert response.status_code == 200
+
+
+async def test_refused_registrations_store_nothing(
+    make_client: AppFactory, backend: Backend
+) -> None:
+    async with make_client(hash_max_wait=0.001) as client, asyncio.timeout(120):
+        responses = await asyncio.gather(
+            *(
+                client.post(
+                    "/auth/register", json={"email": f"u{i}@example.com", "password": PASSWORD}
+                )
+                for i in range(30)
+            )
+        )
+    codes = [r.status_code for r in responses]
+    assert set(codes) == {201, 503}, codes
+    db = Database(make_config(backend))
+    try:
+        async with db.read() as s:
+            stored = await s.scalar(select(func.count()).select_from(User))
+    finally:
+        await db.dispose()
+    assert stored == codes.count(201)
+
+
+def test_queue_bound_follows_the_measured_hash_time() -> None:
+    from authgate.passwords import PasswordHashing
+
+    hashing = PasswordHashing(max_concurrency=2, max_wait=0.5)
+    expected = max(4, int(0.5 * 2 / hashing.seconds_per_hash))
+    assert hashing.max_pending == expected
+    assert 0.005 <= hashing.seconds_per_hash <= 0.5
