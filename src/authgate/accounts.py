@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from authgate import events
 from authgate.emails import canonical_email, login_key
@@ -13,7 +17,19 @@ from authgate.service import Services
 from authgate.stores import SessionStore, TokenStore, UserStore
 from authgate.tokens import digest, new_opaque_token
 
-__all__ = ["AccountService"]
+__all__ = ["AccountService", "PurgeResult"]
+
+
+@dataclass
+class PurgeResult:
+    sessions: int = 0
+    refresh_tokens: int = 0
+    one_time_tokens: int = 0
+    batches: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.sessions + self.refresh_tokens + self.one_time_tokens
 
 
 class AccountService:
@@ -158,13 +174,26 @@ class AccountService:
         async with self.sv.db.read() as s:
             return await UserStore(s).listing()
 
-    async def purge(self) -> tuple[int, int]:
-        """Delete expired and spent tokens: (refresh-side rows, one-time tokens)."""
+    async def purge(self, batch_size: int = 5000) -> PurgeResult:
+        """Delete finished sessions, expired refresh tokens and spent or expired one-time
+        tokens, in batches of `batch_size` rows, each its own short transaction: a purge of
+        millions of rows never holds a lock for long, and logins and refreshes go on."""
         now = self.sv.clock()
-        async with self.sv.db.write() as s:
-            sessions = await SessionStore(s).purge(now)
-            one_time = await TokenStore(s).purge(now)
-        return sessions, one_time
+        result = PurgeResult()
+        steps: tuple[tuple[str, Callable[[AsyncSession], Awaitable[int]]], ...] = (
+            ("sessions", lambda s: SessionStore(s).purge_sessions(now, batch_size)),
+            ("refresh_tokens", lambda s: SessionStore(s).purge_refresh_tokens(now, batch_size)),
+            ("one_time_tokens", lambda s: TokenStore(s).purge(now, batch_size)),
+        )
+        for name, step in steps:
+            while True:
+                async with self.sv.db.write() as s:
+                    deleted = await step(s)
+                setattr(result, name, getattr(result, name) + deleted)
+                result.batches += 1
+                if deleted < batch_size:
+                    break
+        return result
 
     # --- helpers ----------------------------------------------------------------------
 

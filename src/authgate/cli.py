@@ -227,9 +227,16 @@ def _yn(flag: bool) -> str:
 def purge() -> None:
     """Delete expired and spent tokens and finished sessions."""
 
-    async def work(gate: Any) -> tuple[int, int]:
-        result: tuple[int, int] = await gate.accounts.purge()
-        return result
+    import time
 
-    sessions, one_time = _run(work)
-    click.echo(f"purged {sessions} session and refresh-token rows, {one_time} one-time tokens")
+    async def work(gate: Any) -> Any:
+        return await gate.accounts.purge()
+
+    started = time.perf_counter()
+    result = _run(work)
+    elapsed = time.perf_counter() - started
+    click.echo(
+        f"purged {result.sessions} sessions, {result.refresh_tokens} refresh tokens and "
+        f"{result.one_time_tokens} one-time tokens in {result.batches} batches, "
+        f"{elapsed:.1f} s ({result.total / max(elapsed, 1e-9):,.0f} rows/s)"
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
@@ -148,27 +148,33 @@ class SessionStore:
         )
         return list(result.scalars())
 
-    async def purge(self, now: datetime) -> int:
-        """Delete refresh tokens that are expired, and sessions that are over (with theirs)."""
-        dead_sessions = await self.s.execute(
-            delete(Session).where(
-                or_(
-                    Session.revoked_at.is_not(None),
-                    Session.expires_at <= now,
-                    # A family with no refresh token left that can still be used is over.
-                    ~select(RefreshToken.id)
-                    .where(
-                        RefreshToken.session_id == Session.id,
-                        RefreshToken.used_at.is_(None),
-                        RefreshToken.expires_at > now,
-                    )
-                    .exists(),
-                )
+    async def purge_sessions(self, now: datetime, limit: int) -> int:
+        """Delete up to `limit` finished sessions (their refresh tokens go by cascade)."""
+        over = or_(
+            Session.revoked_at.is_not(None),
+            Session.expires_at <= now,
+            # A family with no refresh token left that can still be used is over.
+            ~select(RefreshToken.id)
+            .where(
+                RefreshToken.session_id == Session.id,
+                RefreshToken.used_at.is_(None),
+                RefreshToken.expires_at > now,
             )
+            .exists(),
         )
-        # Spent tokens of live families stay: presenting one again must still count as reuse.
-        expired = await self.s.execute(delete(RefreshToken).where(RefreshToken.expires_at <= now))
-        return int(dead_sessions.rowcount or 0) + int(expired.rowcount or 0)  # type: ignore[attr-defined]
+        batch = select(Session.id).where(over).limit(limit)
+        result = await self.s.execute(delete(Session).where(Session.id.in_(batch)))
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    async def purge_refresh_tokens(self, now: datetime, limit: int) -> int:
+        """Delete up to `limit` expired refresh tokens.
+
+        Spent but unexpired tokens of live families stay: presenting one again must still
+        be recognised as reuse.
+        """
+        batch = select(RefreshToken.id).where(RefreshToken.expires_at <= now).limit(limit)
+        result = await self.s.execute(delete(RefreshToken).where(RefreshToken.id.in_(batch)))
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
 class TokenStore:
@@ -216,21 +222,15 @@ class TokenStore:
             .values(used_at=now)
         )
 
-    async def purge(self, now: datetime) -> int:
-        result = await self.s.execute(
-            delete(OneTimeToken).where(
-                or_(OneTimeToken.expires_at <= now, OneTimeToken.used_at.is_not(None))
-            )
+    async def purge(self, now: datetime, limit: int) -> int:
+        """Delete up to `limit` expired or spent one-time tokens."""
+        batch = (
+            select(OneTimeToken.id)
+            .where(or_(OneTimeToken.expires_at <= now, OneTimeToken.used_at.is_not(None)))
+            .limit(limit)
         )
+        result = await self.s.execute(delete(OneTimeToken).where(OneTimeToken.id.in_(batch)))
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
-
-    async def count_live(self, now: datetime) -> int:
-        return int(
-            await self.s.scalar(
-                select(func.count()).select_from(OneTimeToken).where(OneTimeToken.expires_at > now)
-            )
-            or 0
-        )
 
 
 def _live(purpose: str, digest: bytes, now: datetime) -> tuple[ColumnElement[bool], ...]:
