@@ -258,3 +258,21 @@ def test_python_dash_m_help() -> None:
     assert "Usage:" in result.stdout
     for command in ("serve", "db", "users", "purge"):
         assert command in result.stdout
+
+
+@pytest.mark.subprocess
+def test_readme_curl_walkthrough(backend: Backend, tmp_path: Path) -> None:
+    """examples/walkthrough.sh is the README's curl walkthrough; it runs against a real server."""
+    script = Path(__file__).parent.parent / "examples" / "walkthrough.sh"
+    env = clean_env({**backend.env, "AUTHGATE_COOKIE_SECURE": "false"})
+    with serving(env, tmp_path / "logs") as server:
+        result = subprocess.run(
+            ["bash", str(script), server.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert '"email":"ann@example.com"' in result.stdout
+    assert "access token refused after logout" in result.stdout
