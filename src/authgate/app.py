@@ -39,6 +39,7 @@ from authgate.routes import auth_router, health_router
 from authgate.service import Background, Clock, Services, utcnow
 from authgate.sessions import SessionService
 from authgate.statecache import StateCache
+from authgate.tokens import Keys
 from authgate.transport import client_address
 
 __all__ = ["AuthGate", "create_app"]
@@ -84,8 +85,6 @@ class AuthGate:
 
     def __init__(self, config: AuthConfig | None = None, *, clock: Clock = utcnow) -> None:
         self.config = ensure_secret_key(config or AuthConfig())
-        from authgate.tokens import Keys
-
         cfg = self.config
         common_passwords()  # load the blocklist now, not during the first registration
         self.cache: Cache = open_cache(cfg.cache_url, prefix=cfg.cache_prefix)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
-from authgate.errors import NotAuthenticated
+from authgate.errors import CsrfFailed, NotAuthenticated
 from authgate.models import User
 from authgate.transport import UNSAFE_METHODS, access_token_from, require_csrf_header
 
@@ -46,8 +46,6 @@ async def current_user(request: Request) -> User:
     if via_cookie and request.method in UNSAFE_METHODS:
         csrf = require_csrf_header(request)
         if not gate.services.keys.check_csrf(csrf, claims.session_id):
-            from authgate.errors import CsrfFailed
-
             raise CsrfFailed()
     return user
 

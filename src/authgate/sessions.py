@@ -104,6 +104,7 @@ class SessionService:
         now = self.sv.clock()
         new_refresh = new_opaque_token()
         reused_session: str | None = None
+        session_end: datetime | None = None
         async with self.sv.db.write() as s:
             sessions = SessionStore(s)
             spent = await sessions.spend_refresh(token_digest, now)

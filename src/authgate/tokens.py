@@ -156,53 +156,45 @@ class Keys:
             user_id=int(sub), session_id=sid, issued_at=iat, expires_at=exp, jti=jti
         )
 
-    def _decode_with(self, token: str, key: Any) -> dict[str, Any]:
-        assert self._signing is not None
-        try:
-            claims: dict[str, Any] = jwt.decode(
-                token,
-                key,
-                algorithms=[self._signing.algorithm],
-                audience=self.audience,
-                issuer=self.issuer,
-                options={
-                    "require": list(_REQUIRED_CLAIMS),
-                    "verify_exp": False,
-                    "verify_nbf": False,
-                    "verify_iat": False,
-                },
-            )
-        except jwt.PyJWTError as exc:
-            raise TokenError("invalid token") from exc
-        return claims
-
     def jwks(self) -> dict[str, Any]:
         """The public keys other services may verify access tokens with (none for HS256)."""
         return self._signing.jwks() if self._signing is not None else {"keys": []}
 
     def _decode(self, token: str) -> dict[str, Any]:
+        """HS256: try the current key, then the previous ones (a rotation in progress)."""
         for key in self._jwt_verify_keys:
             try:
-                # Time claims are checked by the caller against our clock, which tests move.
-                claims: dict[str, Any] = jwt.decode(
-                    token,
-                    key,
-                    algorithms=[ALGORITHM],
-                    audience=self.audience,
-                    issuer=self.issuer,
-                    options={
-                        "require": list(_REQUIRED_CLAIMS),
-                        "verify_exp": False,
-                        "verify_nbf": False,
-                        "verify_iat": False,
-                    },
-                )
+                return self._jwt_decode(token, key, ALGORITHM)
             except jwt.InvalidSignatureError:
-                continue  # perhaps signed with a previous key
+                continue
             except jwt.PyJWTError as exc:
                 raise TokenError("invalid token") from exc
-            return claims
         raise TokenError("invalid signature")
+
+    def _decode_with(self, token: str, key: Any) -> dict[str, Any]:
+        """EdDSA/ES256: the public key the token's `kid` named."""
+        assert self._signing is not None
+        try:
+            return self._jwt_decode(token, key, self._signing.algorithm)
+        except jwt.PyJWTError as exc:
+            raise TokenError("invalid token") from exc
+
+    def _jwt_decode(self, token: str, key: Any, algorithm: str) -> dict[str, Any]:
+        claims: dict[str, Any] = jwt.decode(
+            token,
+            key,
+            algorithms=[algorithm],
+            audience=self.audience,
+            issuer=self.issuer,
+            # Time claims are checked by the caller against our clock, which tests move.
+            options={
+                "require": list(_REQUIRED_CLAIMS),
+                "verify_exp": False,
+                "verify_nbf": False,
+                "verify_iat": False,
+            },
+        )
+        return claims
 
     # --- CSRF (signed double-submit, bound to the session) -------------------------------
 
