@@ -81,6 +81,20 @@ def require_backend() -> None:
     pytest.skip(f"postgres+redis backend unavailable ({problem}); start them to run this half")
 
 
+def clean_env(extra: dict[str, str], *, secret: str | None = TEST_SECRET) -> dict[str, str]:
+    """This process's environment without any authgate setting, plus the secret and `extra`:
+    what a subprocess test gives `authgate`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AUTHGATE_") and k not in ("DATABASE_URL", "CACHE_URL")
+    }
+    if secret is not None:
+        env["AUTHGATE_SECRET_KEY"] = secret
+    env.update(extra)
+    return env
+
+
 # --- PostgreSQL databases ----------------------------------------------------------------
 
 

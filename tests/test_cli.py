@@ -11,7 +11,6 @@ itself is not what is tested.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -27,10 +26,10 @@ from authgate.migrations import VERSION_TABLE
 from authgate.models import Base, OneTimeToken, RefreshToken, Session, User
 from tests.conftest import (
     PASSWORD,
-    TEST_SECRET,
     Backend,
     Outbox,
     bearer,
+    clean_env,
     login,
     make_config,
     register,
@@ -40,20 +39,6 @@ from tests.conftest import (
 pytestmark = pytest.mark.subprocess
 
 CLI_TIMEOUT = 60.0
-_UNPREFIXED = ("DATABASE_URL", "CACHE_URL")
-
-
-def clean_env(extra: dict[str, str], *, secret: str | None = TEST_SECRET) -> dict[str, str]:
-    """This process's environment without any authgate setting, plus the secret and `extra`."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("AUTHGATE_") and k not in _UNPREFIXED
-    }
-    if secret is not None:
-        env["AUTHGATE_SECRET_KEY"] = secret
-    env.update(extra)
-    return env
 
 
 @dataclass(frozen=True)

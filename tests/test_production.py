@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 import socket
 import subprocess
@@ -33,6 +32,7 @@ from tests.conftest import (
     Backend,
     PgTemplate,
     bearer,
+    clean_env,
     login,
     make_config,
     pg_url,
@@ -65,16 +65,6 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("AUTHGATE_") and k not in ("DATABASE_URL", "CACHE_URL")
-    }
-    env.update(extra)
-    return env
 
 
 @contextlib.contextmanager
@@ -112,7 +102,7 @@ def serve(env: dict[str, str], *args: str) -> Iterator[str]:
 
 @pytest.mark.subprocess
 async def test_two_workers_concurrent_refresh_exactly_one_wins(pg_backend: Backend) -> None:
-    env = _clean_env(**pg_backend.env, AUTHGATE_SECRET_KEY=TEST_SECRET, AUTHGATE_RATE_LIMITS="off")
+    env = clean_env({**pg_backend.env, "AUTHGATE_RATE_LIMITS": "off"})
     with serve(env, "--workers", "2") as base:
         async with httpx.AsyncClient(base_url=base, timeout=20) as c:
             assert (
@@ -150,7 +140,7 @@ def test_concurrent_migrations_are_safe(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """Four processes run `authgate db upgrade` on one empty database at once: all succeed."""
-    env = _clean_env(AUTHGATE_DATA_DIR=str(tmp_path / "data"), AUTHGATE_SECRET_KEY=TEST_SECRET)
+    env = clean_env({"AUTHGATE_DATA_DIR": str(tmp_path / "data")})
     if kind == "postgres":
         env["DATABASE_URL"] = request.getfixturevalue("empty_pg_database")
     procs = [

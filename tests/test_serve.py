@@ -22,26 +22,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import PASSWORD, TEST_SECRET, Backend, bearer
+from tests.conftest import PASSWORD, TEST_SECRET, Backend, bearer, clean_env
 
 pytestmark = pytest.mark.subprocess
 
 STARTUP_TIMEOUT = 30.0
 CLI_TIMEOUT = 60.0
-_UNPREFIXED = ("DATABASE_URL", "CACHE_URL")
-
-
-def clean_env(extra: dict[str, str], *, secret: str | None = TEST_SECRET) -> dict[str, str]:
-    """This process's environment without any authgate setting, plus the secret and `extra`."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("AUTHGATE_") and k not in _UNPREFIXED
-    }
-    if secret is not None:
-        env["AUTHGATE_SECRET_KEY"] = secret
-    env.update(extra)
-    return env
 
 
 def free_port() -> int:
