@@ -99,19 +99,19 @@ def auth_router(gate: AuthGate) -> APIRouter:
         "/register",
         status_code=201,
         response_model=UserResponse,
-        responses=_errors(409, 429),
+        responses=_errors(400, 409, 413, 429),
     )
     async def register(body: RegisterRequest, request: Request, response: Response) -> Any:
         user = await gate.accounts.register(body.email, body.password, client_ip=client_ip(request))
         _no_store(response)
         return UserResponse.model_validate(user)
 
-    @router.post("/login", response_model=TokenResponse, responses=_errors(401, 429))
+    @router.post("/login", response_model=TokenResponse, responses=_errors(400, 401, 413, 429))
     async def login(body: LoginRequest, request: Request, response: Response) -> Any:
         tokens = await gate.sessions.login(body.email, body.password, client_ip=client_ip(request))
         return token_response(response, tokens)
 
-    @router.post("/refresh", response_model=TokenResponse, responses=_errors(401, 403))
+    @router.post("/refresh", response_model=TokenResponse, responses=_errors(400, 401, 403, 413))
     async def refresh(
         request: Request,
         response: Response,
@@ -127,7 +127,7 @@ def auth_router(gate: AuthGate) -> APIRouter:
             tokens = await gate.sessions.refresh(cookie, csrf=csrf)
         return token_response(response, tokens)
 
-    @router.post("/logout", response_model=MessageResponse)
+    @router.post("/logout", response_model=MessageResponse, responses=_errors(400, 413))
     async def logout(
         request: Request,
         response: Response,
@@ -149,14 +149,18 @@ def auth_router(gate: AuthGate) -> APIRouter:
         _no_store(response)
         return UserResponse.model_validate(user)
 
-    @router.post("/password-reset", response_model=MessageResponse, responses=_errors(429, 501))
+    @router.post(
+        "/password-reset", response_model=MessageResponse, responses=_errors(400, 413, 429, 501)
+    )
     async def password_reset(body: PasswordResetRequest, request: Request) -> Any:
         await gate.accounts.request_password_reset(body.email, client_ip=client_ip(request))
         return MessageResponse(
             message="If an account with that email exists, a password reset link has been sent."
         )
 
-    @router.post("/password-reset/confirm", response_model=MessageResponse, responses=_errors(400))
+    @router.post(
+        "/password-reset/confirm", response_model=MessageResponse, responses=_errors(400, 413)
+    )
     async def password_reset_confirm(body: PasswordResetConfirm) -> Any:
         await gate.accounts.confirm_password_reset(body.token, body.new_password)
         return MessageResponse(message="The password has been reset.")
@@ -175,7 +179,7 @@ def auth_router(gate: AuthGate) -> APIRouter:
         )
 
     @router.post(
-        "/email-verification/confirm", response_model=MessageResponse, responses=_errors(400)
+        "/email-verification/confirm", response_model=MessageResponse, responses=_errors(400, 413)
     )
     async def email_verification_confirm(body: EmailVerificationRequest) -> Any:
         await gate.accounts.confirm_verification(body.token)
