@@ -337,3 +337,59 @@ async def test_cache_outage_answers_503_and_recovers(pg_backend: Backend) -> Non
                 await login(client)
     finally:
         await forwarder.shut()
+
+
+class BlackHole:
+    """A loopback listener that accepts connections and never answers: a hung server."""
+
+    def __init__(self) -> None:
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+        self.port = 0
+
+    async def __aenter__(self) -> BlackHole:
+        async def hold(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self._writers.append(writer)
+
+        self._server = await asyncio.start_server(hold, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for writer in self._writers:
+            writer.transport.abort()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+async def test_hung_servers_fail_readiness_and_requests_within_the_timeouts(
+    pg_backend: Backend,
+) -> None:
+    async with BlackHole() as hole:
+        url = pg_backend.settings["database_url"]
+        hung_db = url.replace(f"{PG_HOST}:{PG_PORT}", f"127.0.0.1:{hole.port}")
+        hung_cache = f"redis://127.0.0.1:{hole.port}/0"
+        app = create_app(
+            make_config(
+                pg_backend,
+                database_url=hung_db,
+                cache_url=hung_cache,
+                auto_migrate=False,
+                db_timeout=1.0,
+            )
+        )
+        async with running(app) as client, asyncio.timeout(30):
+            ready = await client.get("/readiness")
+            assert ready.status_code == 503
+            checks = ready.json()["checks"]
+            assert checks["database"]["status"] == "error"
+            assert checks["cache"]["status"] == "error"
+            # Each check gave up on its timeout rather than waiting on.
+            for name in ("database", "cache"):
+                assert checks[name]["error"] in ("timed out after 2 s", "TimeoutError"), checks
+            response = await client.post(
+                "/auth/login", json={"email": "ann@example.com", "password": PASSWORD}
+            )
+            assert response.status_code == 503
+            assert response.json()["code"] == "service_unavailable"
