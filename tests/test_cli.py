@@ -166,6 +166,9 @@ def test_users_create_bad_input_fails(tmp_path: Path) -> None:
     cases = {
         create_cmd("not-an-email"): "email",
         create_cmd("ann@example.com", password="short"): "8",
+        create_cmd("ann@example.com", password="password1"): "commonly used",
+        # No terminal and no --password-stdin: refused rather than prompting with echo.
+        Cmd(("users", "create", "ann@example.com"), PASSWORD + "\n"): "--password-stdin",
     }
     for cmd, result in run_many(list(cases), env):
         assert cases[cmd] in assert_user_error(result), cmd

@@ -151,6 +151,9 @@ def users_create(email: str, superuser: bool, verified: bool, password_stdin: bo
         raise click.ClickException(f"invalid email address: {exc}") from None
     if password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
+    elif not sys.stdin.isatty():
+        # click would fall back to an echoing prompt: refuse rather than show a password.
+        raise click.ClickException("no terminal to ask for the password; use --password-stdin")
     else:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
     password = normalise(password)
