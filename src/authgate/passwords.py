@@ -8,10 +8,12 @@ password typed on two keyboards is the same password.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import gzip
 import os
 import secrets
+import sys
 import time
 import unicodedata
 from collections.abc import Callable
@@ -66,6 +68,26 @@ def common_passwords() -> frozenset[str]:
     return frozenset(gzip.decompress(data).decode().split("\n")) - {""}
 
 
+def _release_hash_memory_to_the_os() -> None:
+    """Pin glibc's mmap threshold at its default, so argon2's 19 MiB buffers are mmap'd and
+    returned to the OS when freed.
+
+    Left alone, glibc raises the threshold after the first large free, and from then on each
+    hashing thread keeps its buffers in its own malloc arena: ~20 MiB of RSS per thread that
+    ever hashed (measured: 40 hashes on 4 threads, 89 MB RSS instead of 13 MB).
+    """
+    if sys.platform != "linux":
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError):  # not glibc (musl, …): nothing to pin
+        return
+
+
+M_MMAP_THRESHOLD = -3  # from glibc's malloc.h
+
+
 class PasswordHashing:
     """argon2id with fixed parameters; every hash and verify runs in a worker thread.
 
@@ -90,6 +112,7 @@ class PasswordHashing:
         self._hasher = PasswordHasher(
             time_cost=time_cost, memory_cost=memory_cost, parallelism=parallelism
         )
+        _release_hash_memory_to_the_os()
         concurrency = max_concurrency or os.cpu_count() or 1
         self._limiter = anyio.CapacityLimiter(concurrency)
         # A real hash of a random password: login for an unknown email verifies against it,
