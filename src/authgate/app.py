@@ -61,6 +61,7 @@ _STATUS_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
 }
+_BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # Errors of the database or the cache being away: 503, never 500.
 _UNAVAILABLE = (
@@ -258,18 +259,25 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.lower(): v for k, v in scope.get("headers", [])}
-        given_id = headers.get(b"x-request-id", b"").decode("latin-1")
-        request_id = given_id if _REQUEST_ID.match(given_id) else secrets.token_hex(8)
+        # One pass over the headers (ASGI gives their names in lower case).
+        given_id = user_agent_raw = b""
+        length: bytes | None = None
+        forwarded: list[str] = []
+        for name, value in scope.get("headers", ()):
+            if name == b"x-request-id":
+                given_id = value
+            elif name == b"user-agent":
+                user_agent_raw = value
+            elif name == b"content-length":
+                length = value
+            elif name == b"x-forwarded-for":
+                forwarded.append(value.decode("latin-1"))
+        given = given_id.decode("latin-1")
+        request_id = given if _REQUEST_ID.match(given) else secrets.token_hex(8)
         client = scope.get("client")
-        forwarded = [
-            v.decode("latin-1")
-            for k, v in scope.get("headers", [])
-            if k.lower() == b"x-forwarded-for"
-        ]
         ip = client_address(client[0] if client else None, forwarded, self.trusted_proxies)
         scope.setdefault("state", {})["authgate_client_ip"] = ip
-        user_agent = headers.get(b"user-agent", b"").decode("latin-1")
+        user_agent = user_agent_raw.decode("latin-1")
         token = events.request_context.set(
             events.RequestContext(request_id, ip, user_agent or None)
         )
@@ -284,7 +292,6 @@ class RequestGuard:
             await send(message)
 
         try:
-            length = headers.get(b"content-length")
             if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
                 err = PayloadTooLarge() if length.isdigit() else None
                 response = (
@@ -294,7 +301,7 @@ class RequestGuard:
                 )
                 await response(scope, receive, send_with_id)
                 return
-            if length is None:
+            if length is None and scope["method"] not in _BODILESS:
                 # Unknown length (chunked): read up to the cap here, so an oversized body is a
                 # clean 413 rather than whatever the framework makes of an error mid-parse.
                 buffered: list[Message] = []

@@ -39,9 +39,10 @@ class MemoryCache:
 
 class RedisCache:
     def __init__(self, url: str, *, prefix: str, timeout: float) -> None:
-        self.client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout
-        )
+        # No socket_timeout here: redis-py would wrap every command in asyncio.wait_for,
+        # a new task per command on the authenticated-request path. Callers bound each call
+        # with asyncio.timeout() instead (statecache.py; readiness has its own 2 s).
+        self.client = aioredis.Redis.from_url(url, socket_connect_timeout=timeout)
         self.limits_storage: Storage = RedisStorage(
             "async+" + url if not url.startswith("async+") else url,
             implementation="redispy",

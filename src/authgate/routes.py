@@ -71,6 +71,8 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 class StrictJsonRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        if self.body_field is None:
+            return handler  # nothing to parse: no second Request on GET /me
 
         async def strict(request: Request) -> Response:
             return await handler(StrictJsonRequest(request.scope, request.receive))
@@ -104,7 +106,7 @@ def auth_router(gate: AuthGate) -> APIRouter:
     async def register(body: RegisterRequest, request: Request, response: Response) -> Any:
         user = await gate.accounts.register(body.email, body.password, client_ip=client_ip(request))
         _no_store(response)
-        return UserResponse.model_validate(user)
+        return user  # validated once, by response_model
 
     @router.post("/login", response_model=TokenResponse, responses=_errors(400, 401, 413, 429))
     async def login(body: LoginRequest, request: Request, response: Response) -> Any:
@@ -147,7 +149,7 @@ def auth_router(gate: AuthGate) -> APIRouter:
     @router.get("/me", response_model=UserResponse, responses=_errors(401))
     async def me(user: CurrentUser, response: Response) -> Any:
         _no_store(response)
-        return UserResponse.model_validate(user)
+        return user  # validated once, by response_model
 
     @router.post(
         "/password-reset", response_model=MessageResponse, responses=_errors(400, 413, 429, 501)

@@ -115,22 +115,16 @@ class SessionService:
                     # revoke the whole family, the legitimate holder's newest token too.
                     await sessions.revoke(owner[0], now, "reuse")
                     reused_session = owner[0]
+            elif not _live(spent.revoked, spent.expires_at, now) or not spent.user_active:
+                spent = None
             else:
-                state = await sessions.state(spent.session_id, spent.user_id)
-                if (
-                    state is None
-                    or not _live(state.revoked, state.expires_at, now)
-                    or not state.user.is_active
-                ):
-                    spent = None
-                else:
-                    await sessions.add_refresh(
-                        session_id=spent.session_id,
-                        digest=digest(new_refresh),
-                        now=now,
-                        expires_at=self._refresh_end(now, state.expires_at),
-                    )
-                    session_end = state.expires_at
+                await sessions.add_refresh(
+                    session_id=spent.session_id,
+                    digest=digest(new_refresh),
+                    now=now,
+                    expires_at=self._refresh_end(now, spent.expires_at),
+                )
+                session_end = spent.expires_at
         if reused_session is not None:
             await self.sv.sessions_revoked([reused_session])
             events.emit(

@@ -19,6 +19,7 @@ so the embedded setup (no CACHE_URL) reads the database on every authenticated r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -46,9 +47,16 @@ class CachedState:
 
 class StateCache:
     def __init__(
-        self, client: aioredis.Redis, *, prefix: str, ttl: int = 60, tombstone_ttl: int = 3600
+        self,
+        client: aioredis.Redis,
+        *,
+        prefix: str,
+        ttl: int = 60,
+        tombstone_ttl: int = 3600,
+        op_timeout: float = 2.0,
     ) -> None:
         self._redis = client
+        self._op_timeout = op_timeout
         self._prefix = prefix
         self._ttl = ttl
         # A tombstone must outlive every access token of its family; after that, a miss
@@ -64,10 +72,11 @@ class StateCache:
     async def get(self, session_id: str, user_id: int) -> CachedState | None:
         """The cached state, or None on a miss (or any Redis trouble)."""
         try:
-            raw_session, raw_user = await self._redis.mget(
-                [self._session_key(session_id), self._user_key(user_id)]
-            )
-        except RedisError as exc:
+            async with asyncio.timeout(self._op_timeout):
+                raw_session, raw_user = await self._redis.mget(
+                    [self._session_key(session_id), self._user_key(user_id)]
+                )
+        except (RedisError, TimeoutError) as exc:
             logger.warning("state cache read failed (%s); using the database", type(exc).__name__)
             return None
         if raw_session is None:
@@ -85,24 +94,30 @@ class StateCache:
         """Remember a live session and its user (never over a tombstone: SET NX)."""
         expiry = str(int(expires_at.timestamp())) if expires_at is not None else ""
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
+            async with (
+                asyncio.timeout(self._op_timeout),
+                self._redis.pipeline(transaction=False) as pipe,
+            ):
                 pipe.set(
                     self._session_key(session_id), f"{user.id}:{expiry}", ex=self._ttl, nx=True
                 )
                 pipe.set(self._user_key(user.id), _user_to_json(user), ex=self._ttl, nx=True)
                 await pipe.execute()
-        except RedisError as exc:
+        except (RedisError, TimeoutError) as exc:
             logger.warning("state cache write failed (%s)", type(exc).__name__)
 
     async def revoke(self, session_ids: list[str]) -> None:
         if not session_ids:
             return
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
+            async with (
+                asyncio.timeout(self._op_timeout),
+                self._redis.pipeline(transaction=False) as pipe,
+            ):
                 for sid in session_ids:
                     pipe.set(self._session_key(sid), _REVOKED, ex=self._tombstone_ttl)
                 await pipe.execute()
-        except RedisError as exc:
+        except (RedisError, TimeoutError) as exc:
             logger.error(
                 "state cache: could not record %d revocation(s) (%s); cached entries expire "
                 "within %d s",
@@ -113,8 +128,9 @@ class StateCache:
 
     async def forget_user(self, user_id: int) -> None:
         try:
-            await self._redis.delete(self._user_key(user_id))
-        except RedisError as exc:
+            async with asyncio.timeout(self._op_timeout):
+                await self._redis.delete(self._user_key(user_id))
+        except (RedisError, TimeoutError) as exc:
             logger.error(
                 "state cache: could not drop user %d (%s); the entry expires within %d s",
                 user_id,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
@@ -63,6 +63,9 @@ class SessionState:
 class SpentRefresh:
     session_id: str
     user_id: int
+    revoked: bool
+    expires_at: datetime | None
+    user_active: bool
 
 
 class SessionStore:
@@ -74,18 +77,21 @@ class SessionStore:
     async def create(
         self, *, session_id: str, user_id: int, now: datetime, expires_at: datetime | None
     ) -> None:
-        self.s.add(Session(id=session_id, user_id=user_id, created_at=now, expires_at=expires_at))
-        await self.s.flush()
+        # Core inserts: the ORM's unit of work costs more than the statement on this hot path.
+        await self.s.execute(
+            insert(Session).values(
+                id=session_id, user_id=user_id, created_at=now, expires_at=expires_at
+            )
+        )
 
     async def add_refresh(
         self, *, session_id: str, digest: bytes, now: datetime, expires_at: datetime
     ) -> None:
-        self.s.add(
-            RefreshToken(
+        await self.s.execute(
+            insert(RefreshToken).values(
                 session_id=session_id, digest=digest, created_at=now, expires_at=expires_at
             )
         )
-        await self.s.flush()
 
     async def state(self, session_id: str, user_id: int) -> SessionState | None:
         """The session and its user in one query, as every authenticated request needs them."""
@@ -101,8 +107,13 @@ class SessionStore:
         return SessionState(user=user, revoked=revoked_at is not None, expires_at=expires_at)
 
     async def spend_refresh(self, digest: bytes, now: datetime) -> SpentRefresh | None:
-        """Mark an unused, unexpired refresh token used, atomically; None when none matched."""
-        result = await self.s.execute(
+        """Mark an unused, unexpired refresh token used, atomically, and return its session's
+        state; None when no token matched.
+
+        On PostgreSQL the spend and the lookup are one statement (a data-modifying CTE), so
+        a rotation costs one round trip before the insert; SQLite has no DML in CTEs.
+        """
+        spend = (
             update(RefreshToken)
             .where(
                 RefreshToken.digest == digest,
@@ -112,12 +123,44 @@ class SessionStore:
             .values(used_at=now)
             .returning(RefreshToken.session_id)
         )
-        session_id = result.scalar_one_or_none()
-        if session_id is None:
+        columns = (
+            Session.id,
+            Session.user_id,
+            Session.revoked_at,
+            Session.expires_at,
+            User.is_active,
+        )
+        if self.s.get_bind().dialect.name == "postgresql":
+            spent = spend.cte("spent")
+            row = (
+                await self.s.execute(
+                    select(*columns)
+                    .select_from(spent)
+                    .join(Session, Session.id == spent.c.session_id)
+                    .join(User, User.id == Session.user_id)
+                )
+            ).one_or_none()
+        else:
+            session_id = (await self.s.execute(spend)).scalar_one_or_none()
+            if session_id is None:
+                return None
+            row = (
+                await self.s.execute(
+                    select(*columns)
+                    .join(User, User.id == Session.user_id)
+                    .where(Session.id == session_id)
+                )
+            ).one_or_none()
+        if row is None:
             return None
-        user_id = await self.s.scalar(select(Session.user_id).where(Session.id == session_id))
-        assert user_id is not None  # foreign key
-        return SpentRefresh(session_id=session_id, user_id=user_id)
+        session_id, user_id, revoked_at, expires_at, is_active = row
+        return SpentRefresh(
+            session_id=session_id,
+            user_id=user_id,
+            revoked=revoked_at is not None,
+            expires_at=expires_at,
+            user_active=is_active,
+        )
 
     async def refresh_owner(self, digest: bytes) -> tuple[str, bool] | None:
         """(session id, already used) of a refresh token in any state, or None if unknown."""
