@@ -5,16 +5,28 @@ from __future__ import annotations
 
 import asyncio
 
+from fastapi import FastAPI
 from sqlalchemy import func, select
 
+from authgate import create_app
 from authgate.db import Database
 from authgate.models import User
-from tests.conftest import PASSWORD, AppFactory, Backend, make_config, register
+from tests.conftest import PASSWORD, Backend, FakeClock, make_config, register, running
 
 
-async def test_logins_beyond_the_queue_get_503_busy(make_client: AppFactory) -> None:
-    async with make_client(hash_max_wait=0.001) as client:
+def _overloadable_app(backend: Backend, clock: FakeClock) -> FastAPI:
+    """An app whose queue admits 4 hashes: a one-second budget at an assumed 0.5 s a hash on
+    2 threads. Thirty requests at once then must see both answers, whatever the machine."""
+    app = create_app(make_config(backend, hash_max_wait=1.0, hash_threads=2), clock=clock)
+    app.state.authgate.services.hashing.seconds_per_hash = 0.5
+    return app
+
+
+async def test_logins_beyond_the_queue_get_503_busy(backend: Backend, clock: FakeClock) -> None:
+    app = _overloadable_app(backend, clock)
+    async with running(app) as client:
         await register(client)
+        app.state.authgate.services.hashing.seconds_per_hash = 0.5  # after registering
 
         async def attempt(i: int) -> tuple[int, dict[str, str], dict[str, str]]:
             email = "ann@example.com" if i % 2 else f"ghost{i}@example.com"
@@ -43,10 +55,8 @@ async def test_logins_beyond_the_queue_get_503_busy(make_client: AppFactory) -> 
         assert response.status_code == 200
 
 
-async def test_refused_registrations_store_nothing(
-    make_client: AppFactory, backend: Backend
-) -> None:
-    async with make_client(hash_max_wait=0.001) as client, asyncio.timeout(120):
+async def test_refused_registrations_store_nothing(backend: Backend, clock: FakeClock) -> None:
+    async with running(_overloadable_app(backend, clock)) as client, asyncio.timeout(120):
         responses = await asyncio.gather(
             *(
                 client.post(

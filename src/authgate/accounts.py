@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -18,6 +19,8 @@ from authgate.stores import SessionStore, TokenStore, UserStore
 from authgate.tokens import digest, new_opaque_token
 
 __all__ = ["AccountService", "PurgeResult"]
+
+C = TypeVar("C", str, int)
 
 
 @dataclass
@@ -50,6 +53,7 @@ class AccountService:
         """Create an account. `password` must already satisfy the rules (schemas check it)."""
         if client_ip is not None:
             await self.sv.limiter.hit("register_per_ip", client_ip)
+        self.sv.hashing.check_admission()
         address, key = canonical_email(email)
         password_hash = await self.sv.hashing.hash(password)
         now = self.sv.clock()
@@ -179,21 +183,38 @@ class AccountService:
         tokens, in batches of `batch_size` rows, each its own short transaction: a purge of
         millions of rows never holds a lock for long, and logins and refreshes go on."""
         now = self.sv.clock()
+
+        async def sessions(s: AsyncSession, after: str) -> tuple[int, str]:
+            return await SessionStore(s).purge_sessions(now, batch_size, after)
+
+        async def refresh_tokens(s: AsyncSession, after: int) -> tuple[int, int]:
+            return await SessionStore(s).purge_refresh_tokens(now, batch_size, after)
+
+        async def one_time_tokens(s: AsyncSession, after: int) -> tuple[int, int]:
+            return await TokenStore(s).purge(now, batch_size, after)
+
         result = PurgeResult()
-        steps: tuple[tuple[str, Callable[[AsyncSession], Awaitable[int]]], ...] = (
-            ("sessions", lambda s: SessionStore(s).purge_sessions(now, batch_size)),
-            ("refresh_tokens", lambda s: SessionStore(s).purge_refresh_tokens(now, batch_size)),
-            ("one_time_tokens", lambda s: TokenStore(s).purge(now, batch_size)),
-        )
-        for name, step in steps:
-            while True:
-                async with self.sv.db.write() as s:
-                    deleted = await step(s)
-                setattr(result, name, getattr(result, name) + deleted)
-                result.batches += 1
-                if deleted < batch_size:
-                    break
+        result.sessions = await self._drain(sessions, "", result)
+        result.refresh_tokens = await self._drain(refresh_tokens, 0, result)
+        result.one_time_tokens = await self._drain(one_time_tokens, 0, result)
         return result
+
+    async def _drain(
+        self,
+        step: Callable[[AsyncSession, C], Awaitable[tuple[int, C]]],
+        start: C,
+        result: PurgeResult,
+    ) -> int:
+        """Run a keyset purge step batch after batch, each in its own transaction, until its
+        cursor comes back empty; the rows deleted."""
+        deleted, cursor = 0, start
+        while True:
+            async with self.sv.db.write() as s:
+                count, cursor = await step(s, cursor)
+            deleted += count
+            result.batches += 1
+            if not cursor:
+                return deleted
 
     # --- helpers ----------------------------------------------------------------------
 

@@ -99,7 +99,7 @@ class AuthGate:
                 previous=cfg.previous_secrets(),
                 signing=load_signing_keys(cfg),
             ),
-            hashing=PasswordHashing(max_wait=cfg.hash_max_wait),
+            hashing=PasswordHashing(max_concurrency=cfg.hash_threads, max_wait=cfg.hash_max_wait),
             limiter=RateLimiter(
                 MovingWindowRateLimiter(self.cache.limits_storage) if cfg.rate_limits else None,
                 Limits(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -85,6 +86,9 @@ def serve(host: str, port: int, workers: int) -> None:
 
     config = _config()
     _run(lambda gate: asyncio.sleep(0))  # migrations, once, before any worker starts
+    if config.hash_threads is None:
+        # argon2 is CPU-bound: the workers of this machine share its cores between them.
+        os.environ["AUTHGATE_HASH_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     logging.getLogger("authgate").info("serving with %s", config.describe())
     uvicorn.run(
         "authgate.app:create_app",

@@ -100,6 +100,9 @@ class AuthConfig(BaseSettings):
 
     #: Longest a password hash may wait for a core before the request gets 503 + Retry-After.
     hash_max_wait: float = Field(default=0.5, gt=0)
+    #: Threads hashing at once in this process; unset: the cores (`authgate serve --workers N`
+    #: sets cores / N, so the workers of one machine share its cores instead of oversubscribing).
+    hash_threads: int | None = Field(default=None, gt=0)
     #: Largest request body accepted, in bytes; larger bodies get 413 before parsing.
     max_body_bytes: int = Field(default=16_384, gt=0)
     #: Apply pending migrations when the application starts.

@@ -143,17 +143,29 @@ class PasswordHashing:
         ok = await self._admit(self._verify, target, password)
         return ok and stored_hash is not None
 
-    async def _admit(self, fn: Callable[..., T], *args: str) -> T:
+    def check_admission(self) -> None:
+        """Refuse now (`Busy`) what the queue would refuse later: called before the database
+        work that precedes a hash, so an overloaded login costs nothing but this check."""
         if self._pending >= self.max_pending:
             raise Busy()
+
+    async def _admit(self, fn: Callable[..., T], *args: str) -> T:
+        self.check_admission()
         self._pending += 1
+        queued = time.perf_counter()
         try:
-            return await anyio.to_thread.run_sync(self._timed, fn, *args, limiter=self._limiter)
+            return await anyio.to_thread.run_sync(
+                self._timed, queued, fn, *args, limiter=self._limiter
+            )
         finally:
             self._pending -= 1
 
-    def _timed(self, fn: Callable[..., T], *args: str) -> T:
+    def _timed(self, queued: float, fn: Callable[..., T], *args: str) -> T:
         started = time.perf_counter()
+        if started - queued > self._max_wait:
+            # Waited past the budget after all (the estimate was too hopeful): give the
+            # core to a request that can still be answered in time.
+            raise Busy()
         try:
             return fn(*args)
         finally:

@@ -44,6 +44,7 @@ class SessionService:
         # itself tells nothing about which emails are registered.
         account_key = login_key(email) or email.strip().lower()
         await limiter.check("login_failures_per_account", account_key)
+        self.sv.hashing.check_admission()
 
         user: User | None = None
         if login_key(email) is not None:

@@ -191,8 +191,13 @@ class SessionStore:
         )
         return list(result.scalars())
 
-    async def purge_sessions(self, now: datetime, limit: int) -> int:
-        """Delete up to `limit` finished sessions (their refresh tokens go by cascade)."""
+    async def purge_sessions(self, now: datetime, limit: int, after: str) -> tuple[int, str]:
+        """Delete finished sessions among the next `limit` with an id above `after`, their
+        refresh tokens by cascade; (deleted, cursor), the cursor "" once at the end.
+
+        Keyset batches walk the primary key once, so a purge of millions of rows is linear
+        and each batch is one short transaction.
+        """
         over = or_(
             Session.revoked_at.is_not(None),
             Session.expires_at <= now,
@@ -205,19 +210,42 @@ class SessionStore:
             )
             .exists(),
         )
-        batch = select(Session.id).where(over).limit(limit)
-        result = await self.s.execute(delete(Session).where(Session.id.in_(batch)))
-        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+        window = list(
+            (
+                await self.s.execute(
+                    select(Session.id, over)
+                    .where(Session.id > after)
+                    .order_by(Session.id)
+                    .limit(limit)
+                )
+            ).all()
+        )
+        dead = [sid for sid, is_over in window if is_over]
+        if dead:
+            await self.s.execute(delete(Session).where(Session.id.in_(dead)))
+        return len(dead), window[-1][0] if len(window) == limit else ""
 
-    async def purge_refresh_tokens(self, now: datetime, limit: int) -> int:
-        """Delete up to `limit` expired refresh tokens.
+    async def purge_refresh_tokens(self, now: datetime, limit: int, after: int) -> tuple[int, int]:
+        """Delete expired refresh tokens among the next `limit` ids above `after`; (deleted,
+        cursor), the cursor 0 once at the end.
 
         Spent but unexpired tokens of live families stay: presenting one again must still
         be recognised as reuse.
         """
-        batch = select(RefreshToken.id).where(RefreshToken.expires_at <= now).limit(limit)
-        result = await self.s.execute(delete(RefreshToken).where(RefreshToken.id.in_(batch)))
-        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+        window = list(
+            (
+                await self.s.execute(
+                    select(RefreshToken.id, RefreshToken.expires_at <= now)
+                    .where(RefreshToken.id > after)
+                    .order_by(RefreshToken.id)
+                    .limit(limit)
+                )
+            ).all()
+        )
+        dead = [tid for tid, expired in window if expired]
+        if dead:
+            await self.s.execute(delete(RefreshToken).where(RefreshToken.id.in_(dead)))
+        return len(dead), window[-1][0] if len(window) == limit else 0
 
 
 class TokenStore:
@@ -265,15 +293,26 @@ class TokenStore:
             .values(used_at=now)
         )
 
-    async def purge(self, now: datetime, limit: int) -> int:
-        """Delete up to `limit` expired or spent one-time tokens."""
-        batch = (
-            select(OneTimeToken.id)
-            .where(or_(OneTimeToken.expires_at <= now, OneTimeToken.used_at.is_not(None)))
-            .limit(limit)
+    async def purge(self, now: datetime, limit: int, after: int) -> tuple[int, int]:
+        """Delete expired or spent one-time tokens among the next `limit` ids above `after`;
+        (deleted, cursor), the cursor 0 once at the end."""
+        window = list(
+            (
+                await self.s.execute(
+                    select(
+                        OneTimeToken.id,
+                        or_(OneTimeToken.expires_at <= now, OneTimeToken.used_at.is_not(None)),
+                    )
+                    .where(OneTimeToken.id > after)
+                    .order_by(OneTimeToken.id)
+                    .limit(limit)
+                )
+            ).all()
         )
-        result = await self.s.execute(delete(OneTimeToken).where(OneTimeToken.id.in_(batch)))
-        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+        dead = [tid for tid, spent in window if spent]
+        if dead:
+            await self.s.execute(delete(OneTimeToken).where(OneTimeToken.id.in_(dead)))
+        return len(dead), window[-1][0] if len(window) == limit else 0
 
 
 def _live(purpose: str, digest: bytes, now: datetime) -> tuple[ColumnElement[bool], ...]:
