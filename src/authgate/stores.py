@@ -7,14 +7,51 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, insert, or_, select, update
+from sqlalchemy import Table, bindparam, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
-from authgate.models import OneTimeToken, RefreshToken, Session, User
+from authgate.models import Base, OneTimeToken, RefreshToken, Session, User
 
 __all__ = ["SessionState", "SessionStore", "TokenStore", "UserStore"]
+
+# The rotation's statements, built once on the Core tables with bind parameters: building
+# them per call cost more Python time than executing them (bench/profiles/refresh-1w.txt).
+_tokens: Table = Base.metadata.tables[RefreshToken.__tablename__]
+_sessions: Table = Base.metadata.tables[Session.__tablename__]
+_users: Table = Base.metadata.tables[User.__tablename__]
+_SPEND = (
+    update(_tokens)
+    .where(
+        _tokens.c.digest == bindparam("token_digest"),
+        _tokens.c.used_at.is_(None),
+        _tokens.c.expires_at > bindparam("now"),
+    )
+    .values(used_at=bindparam("now"))
+    .returning(_tokens.c.session_id)
+)
+_STATE_COLUMNS = (
+    _sessions.c.id,
+    _sessions.c.user_id,
+    _sessions.c.revoked_at,
+    _sessions.c.expires_at,
+    _users.c.is_active,
+)
+_spent = _SPEND.cte("spent")
+#: PostgreSQL: spend and look up in one statement (a data-modifying CTE).
+_SPEND_AND_STATE = select(*_STATE_COLUMNS).select_from(
+    _spent.join(_sessions, _sessions.c.id == _spent.c.session_id).join(
+        _users, _users.c.id == _sessions.c.user_id
+    )
+)
+#: SQLite (no DML in CTEs): the lookup after the spend.
+_STATE_OF = (
+    select(*_STATE_COLUMNS)
+    .select_from(_sessions.join(_users, _users.c.id == _sessions.c.user_id))
+    .where(_sessions.c.id == bindparam("spent_session_id"))
+)
+_INSERT_TOKEN = insert(_tokens)
 
 
 class UserStore:
@@ -88,9 +125,13 @@ class SessionStore:
         self, *, session_id: str, digest: bytes, now: datetime, expires_at: datetime
     ) -> None:
         await self.s.execute(
-            insert(RefreshToken).values(
-                session_id=session_id, digest=digest, created_at=now, expires_at=expires_at
-            )
+            _INSERT_TOKEN,
+            {
+                "session_id": session_id,
+                "digest": digest,
+                "created_at": now,
+                "expires_at": expires_at,
+            },
         )
 
     async def state(self, session_id: str, user_id: int) -> SessionState | None:
@@ -113,44 +154,14 @@ class SessionStore:
         On PostgreSQL the spend and the lookup are one statement (a data-modifying CTE), so
         a rotation costs one round trip before the insert; SQLite has no DML in CTEs.
         """
-        spend = (
-            update(RefreshToken)
-            .where(
-                RefreshToken.digest == digest,
-                RefreshToken.used_at.is_(None),
-                RefreshToken.expires_at > now,
-            )
-            .values(used_at=now)
-            .returning(RefreshToken.session_id)
-        )
-        columns = (
-            Session.id,
-            Session.user_id,
-            Session.revoked_at,
-            Session.expires_at,
-            User.is_active,
-        )
+        params = {"token_digest": digest, "now": now}
         if self.s.get_bind().dialect.name == "postgresql":
-            spent = spend.cte("spent")
-            row = (
-                await self.s.execute(
-                    select(*columns)
-                    .select_from(spent)
-                    .join(Session, Session.id == spent.c.session_id)
-                    .join(User, User.id == Session.user_id)
-                )
-            ).one_or_none()
+            row = (await self.s.execute(_SPEND_AND_STATE, params)).one_or_none()
         else:
-            session_id = (await self.s.execute(spend)).scalar_one_or_none()
+            session_id = (await self.s.execute(_SPEND, params)).scalar_one_or_none()
             if session_id is None:
                 return None
-            row = (
-                await self.s.execute(
-                    select(*columns)
-                    .join(User, User.id == Session.user_id)
-                    .where(Session.id == session_id)
-                )
-            ).one_or_none()
+            row = (await self.s.execute(_STATE_OF, {"spent_session_id": session_id})).one_or_none()
         if row is None:
             return None
         session_id, user_id, revoked_at, expires_at, is_active = row
