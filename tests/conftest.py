@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import httpx
@@ -326,6 +326,19 @@ def bearer(token: str) -> dict[str, str]:
 # --- a real SMTP sink ---------------------------------------------------------------------
 
 
+T = TypeVar("T")
+
+
+async def wait_until_len(items: list[T], count: int, timeout: float, what: str) -> list[T]:
+    """Poll every 10 ms, at most `timeout` seconds, until `items` holds `count` entries
+    (mail goes out in the background, after the answer)."""
+    for _ in range(int(timeout / 0.01)):
+        if len(items) >= count:
+            return items
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"expected {count} {what}, got {len(items)}")
+
+
 class _EphemeralPortController(Controller):
     """aiosmtpd's Controller, able to listen on port 0.
 
@@ -367,11 +380,7 @@ class SmtpSink:
 
     async def wait_for(self, count: int, timeout: float = 10.0) -> list[EmailMessage]:
         """Poll (bounded) until `count` messages arrived."""
-        for _ in range(int(timeout / 0.02)):
-            if len(self.messages) >= count:
-                return self.messages
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"expected {count} messages, got {len(self.messages)}")
+        return await wait_until_len(self.messages, count, timeout, "messages")
 
 
 @pytest.fixture
@@ -394,11 +403,8 @@ class Outbox:
         self.sent.append((email, token))
 
     async def wait_for(self, count: int, timeout: float = 10.0) -> list[tuple[str, str]]:
-        for _ in range(int(timeout / 0.01)):
-            if len(self.sent) >= count:
-                return self.sent
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"expected {count} sends, got {len(self.sent)}")
+        """Poll (bounded) until `count` sends happened."""
+        return await wait_until_len(self.sent, count, timeout, "sends")
 
 
 @pytest.fixture
