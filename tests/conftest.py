@@ -189,17 +189,13 @@ class Backend:
         return env
 
 
-@pytest.fixture(params=BACKENDS)
-async def backend(
-    request: pytest.FixtureRequest, tmp_path: Path, pg_template: PgTemplate
-) -> AsyncIterator[Backend]:
-    data_dir = tmp_path / "data"
-    if request.param == "sqlite":
-        yield Backend("sqlite", data_dir)
-        return
+@contextlib.asynccontextmanager
+async def postgres_backend(data_dir: Path, template: PgTemplate) -> AsyncIterator[Backend]:
+    """A fresh database cloned from the migrated template, and a Redis key prefix of its own;
+    both removed afterwards."""
     require_backend()
-    await asyncio.to_thread(pg_template.ensure)
-    name = await pg_template.clone()
+    await asyncio.to_thread(template.ensure)
+    name = await template.clone()
     prefix = f"authgate-test-{secrets.token_hex(6)}:"
     try:
         yield Backend(
@@ -212,22 +208,22 @@ async def backend(
         await delete_redis_prefix(prefix)
 
 
+@pytest.fixture(params=BACKENDS)
+async def backend(
+    request: pytest.FixtureRequest, tmp_path: Path, pg_template: PgTemplate
+) -> AsyncIterator[Backend]:
+    if request.param == "sqlite":
+        yield Backend("sqlite", tmp_path / "data")
+        return
+    async with postgres_backend(tmp_path / "data", pg_template) as pg:
+        yield pg
+
+
 @pytest.fixture
 async def pg_backend(tmp_path: Path, pg_template: PgTemplate) -> AsyncIterator[Backend]:
-    """A fresh migrated PostgreSQL database and a Redis prefix (no SQLite variant)."""
-    require_backend()
-    await asyncio.to_thread(pg_template.ensure)
-    name = await pg_template.clone()
-    prefix = f"authgate-test-{secrets.token_hex(6)}:"
-    try:
-        yield Backend(
-            "postgres",
-            tmp_path / "data",
-            {"database_url": pg_url(name), "cache_url": REDIS_URL, "cache_prefix": prefix},
-        )
-    finally:
-        await PgTemplate.drop(name)
-        await delete_redis_prefix(prefix)
+    """PostgreSQL + Redis only (no SQLite variant)."""
+    async with postgres_backend(tmp_path / "data", pg_template) as pg:
+        yield pg
 
 
 # --- the clock ---------------------------------------------------------------------------
