@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["AuthConfig", "ConfigError", "SenderFn", "ensure_secret_key"]
+__all__ = ["AuthConfig", "ConfigError", "SenderFn", "ensure_secret_key", "write_once"]
 
 logger = logging.getLogger("authgate")
 
@@ -273,18 +274,13 @@ def ensure_secret_key(config: AuthConfig) -> AuthConfig:
             "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
         )
     path = config.data_dir / SECRET_KEY_FILE
-    config.data_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        key = _read_key_file(path)
-    else:
-        key = secrets.token_urlsafe(48)
-        tmp = key.encode()
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(tmp)
-            fh.flush()
-            os.fsync(fh.fileno())
+    data, created = write_once(
+        path,
+        secrets.token_urlsafe(48).encode(),
+        complete=lambda d: len(d.strip()) >= MIN_SECRET_KEY_LENGTH,
+    )
+    key = data.decode().strip()
+    if created:
         logger.warning(
             "generated a new secret key in %s (development setup); "
             "set AUTHGATE_SECRET_KEY in production",
@@ -293,13 +289,24 @@ def ensure_secret_key(config: AuthConfig) -> AuthConfig:
     return config.model_copy(update={"secret_key": SecretStr(key)})
 
 
-def _read_key_file(path: Path) -> str:
-    # Another worker may have created the file a moment ago and still be writing it.
-    import time
+def write_once(path: Path, data: bytes, *, complete: Callable[[bytes], bool]) -> tuple[bytes, bool]:
+    """Create `path` holding `data` (mode 0600) unless it exists; (contents, created).
 
-    for _ in range(50):
-        key = path.read_text().strip()
-        if len(key) >= MIN_SECRET_KEY_LENGTH:
-            return key
-        time.sleep(0.02)
-    raise RuntimeError(f"the secret key file {path} is empty or too short; delete it to regenerate")
+    O_EXCL makes exactly one of several workers starting at once the writer; the others wait
+    (bounded) until its file is `complete` and use that, so they all share one key.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        for _ in range(50):
+            existing = path.read_bytes()
+            if complete(existing):
+                return existing, False
+            time.sleep(0.02)
+        raise ConfigError(f"{path} is incomplete; delete it to generate a new one") from None
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return data, True

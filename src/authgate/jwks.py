@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm
 
-from authgate.config import AuthConfig, ConfigError
+from authgate.config import AuthConfig, ConfigError, write_once
 
 __all__ = ["SigningKeys", "load_signing_keys"]
 
@@ -114,7 +113,6 @@ def _load_public(path: Path, algorithm: str) -> PublicKey:
 
 def _generated_key(path: Path, algorithm: str) -> PrivateKey:
     """Create the key once (O_EXCL, mode 0600), so concurrent workers agree on one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     key: PrivateKey = (
         ed25519.Ed25519PrivateKey.generate()
         if algorithm == "EdDSA"
@@ -125,21 +123,8 @@ def _generated_key(path: Path, algorithm: str) -> PrivateKey:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        import time
-
-        for _ in range(50):  # another worker may still be writing it
-            if b"END PRIVATE KEY" in path.read_bytes():
-                break
-            time.sleep(0.02)
-        return _load_private(path, algorithm)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(pem)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return key
+    _, created = write_once(path, pem, complete=lambda d: b"END PRIVATE KEY" in d)
+    return key if created else _load_private(path, algorithm)
 
 
 def _jwk(key: PublicKey, kid: str, algorithm: str) -> dict[str, Any]:

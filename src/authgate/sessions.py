@@ -42,12 +42,13 @@ class SessionService:
         await limiter.hit("login_per_ip", client_ip)
         # Keyed by the canonical email whether or not an account exists, so the lock-out
         # itself tells nothing about which emails are registered.
-        account_key = login_key(email) or email.strip().lower()
+        key = login_key(email)
+        account_key = key or email.strip().lower()
         await limiter.check("login_failures_per_account", account_key)
         self.sv.hashing.check_admission()
 
         user: User | None = None
-        if login_key(email) is not None:
+        if key is not None:
             async with self.sv.db.read() as s:
                 user = await UserStore(s).by_email_key(account_key)
         # Same argon2 work whether the email is unknown, the password wrong or the user
