@@ -137,9 +137,14 @@ class AuthGate:
             )
         if self.config.auto_migrate:
             await upgrade_schema(self.services.db)
+        state_cache = self.services.state_cache
+        if state_cache is not None:
+            await state_cache.start()
         try:
             yield
         finally:
+            if state_cache is not None:
+                await state_cache.stop()
             await self.services.background.drain()
             await self.cache.aclose()
             await self.services.db.dispose()

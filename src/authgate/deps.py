@@ -13,7 +13,7 @@ from authgate.transport import UNSAFE_METHODS, access_token_from, require_csrf_h
 if TYPE_CHECKING:
     from authgate.app import AuthGate
 
-__all__ = ["CurrentUser", "client_ip", "current_user", "gate_of"]
+__all__ = ["CurrentUser", "authenticated_user", "client_ip", "current_user", "gate_of"]
 
 
 def gate_of(request: Request) -> AuthGate:
@@ -38,10 +38,14 @@ async def current_user(request: Request) -> User:
     cookie. A cookie-authenticated unsafe request must also carry `X-CSRF-Token` equal to the
     `svc_csrf_token` cookie and bound to the same session (signed double submit), else 403.
     """
+    return await authenticated_user(gate_of(request), request)
+
+
+async def authenticated_user(gate: AuthGate, request: Request) -> User:
+    """`current_user` for a known gate (the routes' own, without the app-state lookup)."""
     token, via_cookie = access_token_from(request)
     if token is None:
         raise NotAuthenticated()
-    gate = gate_of(request)
     user, claims = await gate.sessions.authenticate(token)
     if via_cookie and request.method in UNSAFE_METHODS:
         csrf = require_csrf_header(request)

@@ -172,8 +172,19 @@ class SessionService:
             raise NotAuthenticated() from None
         # Revocation reaches access tokens at once: the family is checked on every request,
         # in Redis when there is one (tombstones written at revocation), else the database.
+        # First this worker's copy (no round trip), then Redis, then the database.
         cache = self.sv.state_cache
-        cached = await cache.get(claims.session_id, claims.user_id) if cache else None
+        if cache is None:
+            cached = None
+        else:
+            hit = cache.local.get(claims.session_id, claims.user_id)
+            if hit is not None:
+                hit_user, hit_end = hit
+                if not _live(False, hit_end, now) or not hit_user.is_active:
+                    raise NotAuthenticated()
+                return hit_user, claims
+            generation = cache.local.generation  # before any await: see LocalState.put
+            cached = await cache.get(claims.session_id, claims.user_id)
         if cached is not None and (cached.revoked or cached.user is not None):
             user, revoked, expires_at = cached.user, cached.revoked, cached.expires_at
         else:
@@ -186,6 +197,8 @@ class SessionService:
                 await cache.put(claims.session_id, state.user, expires_at)
         if user is None or not _live(revoked, expires_at, now) or not user.is_active:
             raise NotAuthenticated()
+        if cache is not None:
+            cache.local.put(generation, claims.session_id, user, expires_at)
         return user, claims
 
     def _refresh_end(self, now: datetime, session_end: datetime | None) -> datetime:

@@ -118,27 +118,23 @@ class Keys:
     def verify_access(self, token: str, *, now: datetime) -> AccessClaims:
         if len(token) > MAX_ACCESS_TOKEN_LENGTH or not token.isascii():
             raise TokenError("malformed token")
-        try:
-            header = jwt.get_unverified_header(token)
-        except jwt.PyJWTError as exc:
-            raise TokenError("malformed token") from exc
-        # The algorithm is pinned by configuration, never chosen by the token.
-        if header.get("alg") != self.algorithm:
-            raise TokenError("unexpected algorithm")
-        if header.get("typ") != ACCESS_TOKEN_TYP:
-            raise TokenError("not an access token")
-        if _FORBIDDEN_HEADERS.intersection(header):
-            raise TokenError("forbidden header parameter")
         if self._signing is None:
+            # HS256: one parse; the header rules are checked on the verified header.
+            header, claims = self._decode(token)
+            self._check_header(header)
             if "kid" in header:
                 raise TokenError("forbidden header parameter")
-            claims = self._decode(token)
         else:
+            try:
+                header = jwt.get_unverified_header(token)
+            except jwt.PyJWTError as exc:
+                raise TokenError("malformed token") from exc
+            self._check_header(header)
             kid = header.get("kid")
             public = self._signing.public_keys.get(kid) if isinstance(kid, str) else None
             if public is None:
                 raise TokenError("unknown key id")
-            claims = self._decode_with(token, public)
+            _, claims = self._decode_with(token, public)
         ts = now.timestamp()
         exp, iat, nbf = claims["exp"], claims["iat"], claims.get("nbf", claims["iat"])
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (exp, iat, nbf)):
@@ -160,7 +156,16 @@ class Keys:
         """The public keys other services may verify access tokens with (none for HS256)."""
         return self._signing.jwks() if self._signing is not None else {"keys": []}
 
-    def _decode(self, token: str) -> dict[str, Any]:
+    def _check_header(self, header: dict[str, Any]) -> None:
+        # The algorithm is pinned by configuration, never chosen by the token.
+        if header.get("alg") != self.algorithm:
+            raise TokenError("unexpected algorithm")
+        if header.get("typ") != ACCESS_TOKEN_TYP:
+            raise TokenError("not an access token")
+        if _FORBIDDEN_HEADERS.intersection(header):
+            raise TokenError("forbidden header parameter")
+
+    def _decode(self, token: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """HS256: try the current key, then the previous ones (a rotation in progress)."""
         for key in self._jwt_verify_keys:
             try:
@@ -171,7 +176,7 @@ class Keys:
                 raise TokenError("invalid token") from exc
         raise TokenError("invalid signature")
 
-    def _decode_with(self, token: str, key: Any) -> dict[str, Any]:
+    def _decode_with(self, token: str, key: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """EdDSA/ES256: the public key the token's `kid` named."""
         assert self._signing is not None
         try:
@@ -179,8 +184,11 @@ class Keys:
         except jwt.PyJWTError as exc:
             raise TokenError("invalid token") from exc
 
-    def _jwt_decode(self, token: str, key: Any, algorithm: str) -> dict[str, Any]:
-        claims: dict[str, Any] = jwt.decode(
+    def _jwt_decode(
+        self, token: str, key: Any, algorithm: str
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The verified header and claims."""
+        complete = jwt.decode_complete(
             token,
             key,
             algorithms=[algorithm],
@@ -194,7 +202,9 @@ class Keys:
                 "verify_iat": False,
             },
         )
-        return claims
+        header: dict[str, Any] = complete["header"]
+        claims: dict[str, Any] = complete["payload"]
+        return header, claims
 
     # --- CSRF (signed double-submit, bound to the session) -------------------------------
 
