@@ -109,8 +109,9 @@ class AuthConfig(BaseSettings):
     #: Apply pending migrations when the application starts.
     auto_migrate: bool = True
     #: SQLAlchemy pool for PostgreSQL, per worker process.
-    db_pool_size: int = Field(default=10, gt=0)
-    db_max_overflow: int = Field(default=5, ge=0)
+    #: A fixed pool: overflow connections are closed on return, a new backend each (README).
+    db_pool_size: int = Field(default=15, gt=0)
+    db_max_overflow: int = Field(default=0, ge=0)
     db_timeout: float = Field(default=5.0, gt=0)
 
     password_reset_send_fn: SenderFn | None = Field(default=None, exclude=True)

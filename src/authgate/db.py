@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import event, text
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -92,6 +93,8 @@ class Database:
         if self.is_sqlite:
             _configure_sqlite(self.engine)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False, autoflush=False)
+        # Same pool; the asyncpg dialect then simply sends no BEGIN/COMMIT.
+        self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._write_lock = asyncio.Lock()
 
     @contextlib.asynccontextmanager
@@ -103,6 +106,13 @@ class Database:
         else:
             async with self._transaction(None) as session:
                 yield session
+
+    @contextlib.asynccontextmanager
+    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
+        """A connection without an explicit transaction: each statement commits on its own.
+        For single statements that are atomic by themselves (PostgreSQL's rotation)."""
+        async with self._autocommit.connect() as conn:
+            yield conn
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:

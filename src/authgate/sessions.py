@@ -18,7 +18,7 @@ from authgate.errors import (
 from authgate.models import User
 from authgate.passwords import normalise
 from authgate.service import Services
-from authgate.stores import SessionStore, UserStore
+from authgate.stores import SessionStore, SpentRefresh, UserStore, rotate_refresh
 from authgate.tokens import AccessClaims, TokenError, digest, new_opaque_token, new_session_id
 
 __all__ = ["IssuedTokens", "SessionService"]
@@ -107,26 +107,37 @@ class SessionService:
         new_refresh = new_opaque_token()
         reused_session: str | None = None
         session_end: datetime | None = None
-        async with self.sv.db.write() as s:
-            sessions = SessionStore(s)
-            spent = await sessions.spend_refresh(token_digest, now)
-            if spent is None:
-                owner = await sessions.refresh_owner(token_digest)
-                if owner is not None and owner[1]:
-                    # RFC 9700 §4.14.2: a rotated token presented again means it leaked;
-                    # revoke the whole family, the legitimate holder's newest token too.
-                    await sessions.revoke(owner[0], now, "reuse")
-                    reused_session = owner[0]
-            elif not _live(spent.revoked, spent.expires_at, now) or not spent.user_active:
-                spent = None
-            else:
-                await sessions.add_refresh(
-                    session_id=spent.session_id,
-                    digest=digest(new_refresh),
-                    now=now,
-                    expires_at=self._refresh_end(now, spent.expires_at),
+        spent: SpentRefresh | None
+        if not self.sv.db.is_sqlite:
+            # PostgreSQL: the whole rotation is one statement (stores.rotate_refresh).
+            async with self.sv.db.autocommit() as conn:
+                rotation = await rotate_refresh(
+                    conn, token_digest, digest(new_refresh), now, self._refresh_end(now, None)
                 )
-                session_end = spent.expires_at
+            spent, rotated = rotation if rotation is not None else (None, False)
+            if spent is not None:
+                if not rotated:
+                    spent = None  # spent, but its session is over: no successor was added
+                else:
+                    session_end = spent.expires_at
+            else:
+                reused_session = await self._revoke_if_reused(token_digest, now)
+        else:
+            async with self.sv.db.write() as s:
+                sessions = SessionStore(s)
+                spent = await sessions.spend_refresh(token_digest, now)
+                if spent is None:
+                    reused_session = await self._revoke_if_reused(token_digest, now, sessions)
+                elif not _live(spent.revoked, spent.expires_at, now) or not spent.user_active:
+                    spent = None
+                else:
+                    await sessions.add_refresh(
+                        session_id=spent.session_id,
+                        digest=digest(new_refresh),
+                        now=now,
+                        expires_at=self._refresh_end(now, spent.expires_at),
+                    )
+                    session_end = spent.expires_at
         if reused_session is not None:
             await self.sv.sessions_revoked([reused_session])
             events.emit(
@@ -138,6 +149,22 @@ class SessionService:
             raise InvalidRefreshToken()
         events.emit("refreshed", user_id=spent.user_id, session_id=spent.session_id)
         return self._issue(spent.user_id, spent.session_id, new_refresh, now, session_end)
+
+    async def _revoke_if_reused(
+        self, token_digest: bytes, now: datetime, sessions: SessionStore | None = None
+    ) -> str | None:
+        """The session whose already-rotated token this is, now revoked; else None.
+
+        RFC 9700 §4.14.2: a rotated token presented again means it leaked; revoke the whole
+        family, the legitimate holder's newest token too."""
+        if sessions is None:
+            async with self.sv.db.write() as s:
+                return await self._revoke_if_reused(token_digest, now, SessionStore(s))
+        owner = await sessions.refresh_owner(token_digest)
+        if owner is None or not owner[1]:
+            return None
+        await sessions.revoke(owner[0], now, "reuse")
+        return owner[0]
 
     async def logout(self, refresh_token: str | None, access_token: str | None) -> None:
         """Revoke the family of whichever token is given; anything invalid is ignored."""

@@ -7,14 +7,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Table, bindparam, delete, insert, or_, select, update
+from sqlalchemy import (
+    LargeBinary,
+    Table,
+    bindparam,
+    delete,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
-from authgate.models import Base, OneTimeToken, RefreshToken, Session, User
+from authgate.models import Base, OneTimeToken, RefreshToken, Session, User, UTCDateTime
 
-__all__ = ["SessionState", "SessionStore", "TokenStore", "UserStore"]
+__all__ = [
+    "SessionState",
+    "SessionStore",
+    "SpentRefresh",
+    "TokenStore",
+    "UserStore",
+    "rotate_refresh",
+]
 
 # The rotation's statements, built once on the Core tables with bind parameters: building
 # them per call cost more Python time than executing them (bench/profiles/refresh-1w.txt).
@@ -52,6 +70,33 @@ _STATE_OF = (
     .where(_sessions.c.id == bindparam("spent_session_id"))
 )
 _INSERT_TOKEN = insert(_tokens)
+
+#: PostgreSQL: the whole rotation as one statement, run outside an explicit transaction
+#: (one round trip instead of BEGIN, two statements and COMMIT). Spend the presented token,
+#: read its session and user, and insert the successor only if the session is live and the
+#: user active; data-modifying CTEs run exactly once and atomically with the statement.
+_state = _SPEND_AND_STATE.cte("state")
+_now = bindparam("now", type_=UTCDateTime())
+_added = (
+    insert(_tokens)
+    .from_select(
+        ["session_id", "digest", "created_at", "expires_at"],
+        select(
+            _state.c.id,
+            bindparam("new_digest", type_=LargeBinary()),
+            _now,
+            # The successor never outlives its session (LEAST ignores a NULL session end).
+            func.least(bindparam("refresh_end", type_=UTCDateTime()), _state.c.expires_at),
+        ).where(
+            _state.c.revoked_at.is_(None),
+            or_(_state.c.expires_at.is_(None), _state.c.expires_at > _now),
+            _state.c.is_active,
+        ),
+    )
+    .returning(_tokens.c.session_id)
+    .cte("added")
+)
+_ROTATE = select(*_state.c, exists(select(_added.c.session_id)).label("rotated"))
 
 
 class UserStore:
@@ -333,3 +378,24 @@ def _live(purpose: str, digest: bytes, now: datetime) -> tuple[ColumnElement[boo
         OneTimeToken.used_at.is_(None),
         OneTimeToken.expires_at > now,
     )
+
+
+async def rotate_refresh(
+    conn: AsyncConnection, digest: bytes, new_digest: bytes, now: datetime, refresh_end: datetime
+) -> tuple[SpentRefresh, bool] | None:
+    """PostgreSQL, on an autocommit connection: spend `digest` and add `new_digest` in one
+    statement. (the spent token's session, whether the successor was added), or None when
+    no unused, unexpired token matched."""
+    params = {"token_digest": digest, "new_digest": new_digest, "now": now}
+    params["refresh_end"] = refresh_end
+    row = (await conn.execute(_ROTATE, params)).one_or_none()
+    if row is None:
+        return None
+    spent = SpentRefresh(
+        session_id=row.id,
+        user_id=row.user_id,
+        revoked=row.revoked_at is not None,
+        expires_at=row.expires_at,
+        user_active=row.is_active,
+    )
+    return spent, bool(row.rotated)
