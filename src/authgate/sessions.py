@@ -18,7 +18,15 @@ from authgate.errors import (
 from authgate.models import User
 from authgate.passwords import normalise
 from authgate.service import Services
-from authgate.stores import SessionStore, SpentRefresh, UserStore, rotate_refresh
+from authgate.stores import (
+    Credentials,
+    SessionStore,
+    SpentRefresh,
+    UserStore,
+    credentials,
+    open_session,
+    rotate_refresh,
+)
 from authgate.tokens import AccessClaims, TokenError, digest, new_opaque_token, new_session_id
 
 __all__ = ["IssuedTokens", "SessionService"]
@@ -47,10 +55,14 @@ class SessionService:
         await limiter.check("login_failures_per_account", account_key)
         self.sv.hashing.check_admission()
 
-        user: User | None = None
+        user: Credentials | None = None
         if key is not None:
-            async with self.sv.db.read() as s:
-                user = await UserStore(s).by_email_key(account_key)
+            if self.sv.db.is_sqlite:
+                async with self.sv.db.read() as s:
+                    user = await credentials(s, account_key)
+            else:  # one statement, no BEGIN/COMMIT around it
+                async with self.sv.db.autocommit() as conn:
+                    user = await credentials(conn, account_key)
         # Same argon2 work whether the email is unknown, the password wrong or the user
         # inactive: the answer and its timing are the same for all three.
         candidate = normalise(password)
@@ -61,7 +73,7 @@ class SessionService:
             events.emit(
                 "login_failed",
                 outcome="failure",
-                user_id=user.id if user else None,
+                user_id=user.user_id if user else None,
                 reason=reason,
             )
             raise InvalidCredentials()
@@ -75,21 +87,31 @@ class SessionService:
         session_id = new_session_id()
         session_end = now + timedelta(seconds=cfg.session_max_age) if cfg.session_max_age else None
         refresh = new_opaque_token()
-        async with self.sv.db.write() as s:
-            if new_hash is not None:
-                await UserStore(s).set_password(user.id, new_hash, now)
-            sessions = SessionStore(s)
-            await sessions.create(
-                session_id=session_id, user_id=user.id, now=now, expires_at=session_end
-            )
-            await sessions.add_refresh(
-                session_id=session_id,
-                digest=digest(refresh),
-                now=now,
-                expires_at=self._refresh_end(now, session_end),
-            )
-        events.emit("login_succeeded", user_id=user.id, session_id=session_id)
-        return self._issue(user.id, session_id, refresh, now, session_end)
+        refresh_end = self._refresh_end(now, session_end)
+        if new_hash is None and not self.sv.db.is_sqlite:
+            async with self.sv.db.autocommit() as conn:
+                await open_session(
+                    conn,
+                    session_id=session_id,
+                    user_id=user.user_id,
+                    now=now,
+                    session_end=session_end,
+                    digest=digest(refresh),
+                    refresh_end=refresh_end,
+                )
+        else:
+            async with self.sv.db.write() as s:
+                if new_hash is not None:
+                    await UserStore(s).set_password(user.user_id, new_hash, now)
+                sessions = SessionStore(s)
+                await sessions.create(
+                    session_id=session_id, user_id=user.user_id, now=now, expires_at=session_end
+                )
+                await sessions.add_refresh(
+                    session_id=session_id, digest=digest(refresh), now=now, expires_at=refresh_end
+                )
+        events.emit("login_succeeded", user_id=user.user_id, session_id=session_id)
+        return self._issue(user.user_id, session_id, refresh, now, session_end)
 
     async def refresh(self, token: str, *, csrf: str | None = None) -> IssuedTokens:
         """Rotate `token`. `csrf` is the double-submitted value when the token came from a

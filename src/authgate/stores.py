@@ -26,11 +26,14 @@ from sqlalchemy.sql.elements import ColumnElement
 from authgate.models import Base, OneTimeToken, RefreshToken, Session, User, UTCDateTime
 
 __all__ = [
+    "Credentials",
     "SessionState",
     "SessionStore",
     "SpentRefresh",
     "TokenStore",
     "UserStore",
+    "credentials",
+    "open_session",
     "rotate_refresh",
 ]
 
@@ -97,6 +100,69 @@ _added = (
     .cte("added")
 )
 _ROTATE = select(*_state.c, exists(select(_added.c.session_id)).label("rotated"))
+
+#: What login needs of a user, by its canonical email key.
+_CREDENTIALS = select(_users.c.id, _users.c.password_hash, _users.c.is_active).where(
+    _users.c.email_key == bindparam("email_key")
+)
+#: PostgreSQL: a new session and its first refresh token in one autocommitted statement.
+_new_session = (
+    insert(_sessions)
+    .values(
+        id=bindparam("session_id"),
+        user_id=bindparam("user_id"),
+        created_at=_now,
+        expires_at=bindparam("session_end", type_=UTCDateTime()),
+    )
+    .returning(_sessions.c.id)
+    .cte("new_session")
+)
+_OPEN_SESSION = insert(_tokens).from_select(
+    ["session_id", "digest", "created_at", "expires_at"],
+    select(
+        _new_session.c.id,
+        bindparam("digest", type_=LargeBinary()),
+        _now,
+        bindparam("refresh_end", type_=UTCDateTime()),
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    user_id: int
+    password_hash: str
+    is_active: bool
+
+
+async def credentials(db: AsyncSession | AsyncConnection, email_key: str) -> Credentials | None:
+    """The login lookup: one indexed row, no ORM object."""
+    row = (await db.execute(_CREDENTIALS, {"email_key": email_key})).one_or_none()
+    return Credentials(row.id, row.password_hash, row.is_active) if row is not None else None
+
+
+async def open_session(
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    user_id: int,
+    now: datetime,
+    session_end: datetime | None,
+    digest: bytes,
+    refresh_end: datetime,
+) -> None:
+    """PostgreSQL, on an autocommit connection: the session and its first token, atomically."""
+    await conn.execute(
+        _OPEN_SESSION,
+        {
+            "session_id": session_id,
+            "user_id": user_id,
+            "now": now,
+            "session_end": session_end,
+            "digest": digest,
+            "refresh_end": refresh_end,
+        },
+    )
 
 
 class UserStore:
