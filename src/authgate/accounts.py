@@ -15,7 +15,7 @@ from authgate.errors import EmailTaken, InvalidOneTimeToken, NotConfigured
 from authgate.mail import MailSender, Purpose
 from authgate.models import User
 from authgate.service import Services
-from authgate.stores import SessionStore, TokenStore, UserStore
+from authgate.stores import SessionStore, TokenStore, UserStore, add_user
 from authgate.tokens import digest, new_opaque_token
 
 __all__ = ["AccountService", "PurgeResult"]
@@ -67,9 +67,14 @@ class AccountService:
             created_at=now,
             updated_at=now,
         )
-        async with self.sv.db.write() as s:
-            if not await UserStore(s).add(user):
-                raise EmailTaken()
+        if self.sv.db.is_sqlite:
+            async with self.sv.db.write() as s:
+                added = await UserStore(s).add(user)
+        else:  # one statement (INSERT ... ON CONFLICT DO NOTHING), no BEGIN/SAVEPOINT/COMMIT
+            async with self.sv.db.autocommit() as conn:
+                added = await add_user(conn, user)
+        if not added:
+            raise EmailTaken()
         events.emit("registered", user_id=user.id)
         return user
 

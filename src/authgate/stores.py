@@ -19,6 +19,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
@@ -32,6 +33,7 @@ __all__ = [
     "SpentRefresh",
     "TokenStore",
     "UserStore",
+    "add_user",
     "credentials",
     "open_session",
     "rotate_refresh",
@@ -126,6 +128,25 @@ _OPEN_SESSION = insert(_tokens).from_select(
         bindparam("refresh_end", type_=UTCDateTime()),
     ),
 )
+
+
+#: PostgreSQL: a new user in one autocommitted statement; no row back when the email is taken.
+_ADD_USER = (
+    pg_insert(_users)
+    .on_conflict_do_nothing(index_elements=[_users.c.email_key])
+    .returning(_users.c.id)
+)
+
+
+async def add_user(conn: AsyncConnection, user: User) -> bool:
+    """PostgreSQL, on an autocommit connection: insert `user` and set its id; False when the
+    email is taken (the unique index decides, not a pre-check)."""
+    values = {c.key: getattr(user, c.key) for c in _users.c if c.key != "id"}
+    user_id = (await conn.execute(_ADD_USER, values)).scalar_one_or_none()
+    if user_id is None:
+        return False
+    user.id = user_id
+    return True
 
 
 @dataclass(frozen=True, slots=True)
