@@ -352,8 +352,7 @@ class StateCache:
     async def stop(self) -> None:
         if self._subscriber is not None:
             self._subscriber.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._subscriber
+            await asyncio.wait({self._subscriber}, timeout=self._op_timeout)
             self._subscriber = None
         for task in list(self._acks):
             with contextlib.suppress(asyncio.CancelledError, RedisError, TimeoutError):
@@ -396,9 +395,9 @@ class StateCache:
             transport.write(b"".join(conn.pack_command("SUBSCRIBE", self._channel)))
             ping = b"".join(conn.pack_command("PING"))
             while not protocol.lost.done():
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(LEASE / 3):
-                        await asyncio.shield(protocol.lost)
+                # asyncio.wait, not asyncio.timeout: a cancel (stop) must never be mistaken
+                # for the ping interval ending.
+                await asyncio.wait({protocol.lost}, timeout=LEASE / 3)
                 if not protocol.lost.done():
                     transport.write(ping)
         finally:
