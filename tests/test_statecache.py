@@ -6,6 +6,7 @@ import asyncio
 import logging
 from datetime import UTC, datetime
 
+import httpx
 import pytest
 import redis.asyncio as aioredis
 from fastapi import FastAPI
@@ -128,9 +129,21 @@ async def _wait_live(*gates: AuthGate) -> None:
     raise AssertionError("the invalidation subscription did not come up within 5 s")
 
 
-def _ids(gate: AuthGate, clock: FakeClock, access_token: str) -> tuple[str, int]:
-    claims = gate.services.keys.verify_access(access_token, now=clock())
-    return claims.session_id, claims.user_id
+async def _warm(
+    gate: AuthGate, client: httpx.AsyncClient, clock: FakeClock
+) -> tuple[dict[str, str], dict[str, str], str, int, LocalState]:
+    """Register and log in through `client`, then GET /me once so the worker's copy holds the
+    session: (tokens, bearer header, session id, user id, that copy)."""
+    await _wait_live(gate)
+    await register(client)
+    tokens = await login(client)
+    client.cookies.clear()
+    auth = bearer(tokens["access_token"])
+    claims = gate.services.keys.verify_access(tokens["access_token"], now=clock())
+    assert (await client.get("/auth/me", headers=auth)).status_code == 200
+    local = gate.services.state_cache.local  # type: ignore[union-attr]
+    assert local.get(claims.session_id, claims.user_id) is not None
+    return tokens, auth, claims.session_id, claims.user_id, local
 
 
 async def test_two_workers_copies_are_invalidated_before_logout_answers(
@@ -140,16 +153,9 @@ async def test_two_workers_copies_are_invalidated_before_logout_answers(
     gate_a, app_a = _app(pg_backend, clock)
     gate_b, app_b = _app(pg_backend, clock)
     async with running(app_a) as a, running(app_b) as b:
-        await _wait_live(gate_a, gate_b)
-        await register(a)
-        tokens = await login(a)
-        a.cookies.clear()
-        auth = bearer(tokens["access_token"])
-        sid, uid = _ids(gate_a, clock, tokens["access_token"])
-        assert (await a.get("/auth/me", headers=auth)).status_code == 200
+        await _wait_live(gate_b)
+        tokens, auth, sid, uid, local_a = await _warm(gate_a, a, clock)
         assert (await b.get("/auth/me", headers=auth)).status_code == 200
-        local_a = gate_a.services.state_cache.local  # type: ignore[union-attr]
-        assert local_a.get(sid, uid) is not None
 
         # The copy answers on its own: Redis emptied, the database untouched.
         await delete_redis_prefix(pg_backend.settings["cache_prefix"])
@@ -170,15 +176,7 @@ async def test_deactivation_elsewhere_reaches_a_warm_copy_at_once(
     # The operator's side: no lifespan, no subscription (like `authgate users deactivate`).
     operator = AuthGate(make_config(pg_backend), clock=clock)
     async with running(app_a) as a:
-        await _wait_live(gate_a)
-        await register(a)
-        tokens = await login(a)
-        a.cookies.clear()
-        auth = bearer(tokens["access_token"])
-        sid, uid = _ids(gate_a, clock, tokens["access_token"])
-        assert (await a.get("/auth/me", headers=auth)).status_code == 200
-        local_a = gate_a.services.state_cache.local  # type: ignore[union-attr]
-        assert local_a.get(sid, uid) is not None
+        _tokens, auth, sid, uid, local_a = await _warm(gate_a, a, clock)
         try:
             # A flag change (as confirm_verification makes it) drops the cached user...
             async with operator.services.db.write() as s:
@@ -202,15 +200,7 @@ async def test_lost_subscription_clears_the_copy_until_it_is_back(
 ) -> None:
     gate, app = _app(pg_backend, clock)
     async with running(app) as client:
-        await _wait_live(gate)
-        await register(client)
-        tokens = await login(client)
-        client.cookies.clear()
-        auth = bearer(tokens["access_token"])
-        sid, uid = _ids(gate, clock, tokens["access_token"])
-        assert (await client.get("/auth/me", headers=auth)).status_code == 200
-        local = gate.services.state_cache.local  # type: ignore[union-attr]
-        assert local.get(sid, uid) is not None
+        _tokens, auth, sid, uid, local = await _warm(gate, client, clock)
         generation = local.generation
 
         # Redis drops the subscriber (as on a restart or a full output buffer).

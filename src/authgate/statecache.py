@@ -47,6 +47,7 @@ from typing import Any
 
 import hiredis
 import redis.asyncio as aioredis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
 from authgate.models import User
@@ -240,17 +241,13 @@ class StateCache:
         if not session_ids:
             return
         self.local.drop_sessions(session_ids)
-        ack_key = self._ack_key()
+
+        def tombstones(pipe: Pipeline) -> None:
+            for sid in session_ids:
+                pipe.set(self._session_key(sid), _REVOKED, ex=self._tombstone_ttl)
+
         try:
-            async with (
-                asyncio.timeout(self._op_timeout),
-                self._redis.pipeline(transaction=False) as pipe,
-            ):
-                for sid in session_ids:
-                    pipe.set(self._session_key(sid), _REVOKED, ex=self._tombstone_ttl)
-                pipe.publish(self._channel, " ".join(["s", ack_key, *session_ids]))
-                receivers = (await pipe.execute())[-1]
-            await self._await_acks(ack_key, int(receivers))
+            await self._invalidate("s", session_ids, tombstones)
         except (RedisError, TimeoutError) as exc:
             logger.error(
                 "state cache: could not record %d revocation(s) (%s); cached entries expire "
@@ -262,16 +259,10 @@ class StateCache:
 
     async def forget_user(self, user_id: int) -> None:
         self.local.drop_user(user_id)
-        ack_key = self._ack_key()
         try:
-            async with (
-                asyncio.timeout(self._op_timeout),
-                self._redis.pipeline(transaction=False) as pipe,
-            ):
-                pipe.delete(self._user_key(user_id))
-                pipe.publish(self._channel, f"u {ack_key} {user_id}")
-                receivers = (await pipe.execute())[-1]
-            await self._await_acks(ack_key, int(receivers))
+            await self._invalidate(
+                "u", [str(user_id)], lambda pipe: pipe.delete(self._user_key(user_id))
+            )
         except (RedisError, TimeoutError) as exc:
             logger.error(
                 "state cache: could not drop user %d (%s); the entry expires within %d s",
@@ -282,8 +273,20 @@ class StateCache:
 
     # --- invalidation across workers ------------------------------------------------------
 
-    def _ack_key(self) -> str:
-        return f"{self._prefix}ack:{secrets.token_hex(8)}"
+    async def _invalidate(
+        self, kind: str, ids: list[str], write: Callable[[Pipeline], Any]
+    ) -> None:
+        """`write` the Redis entries, publish `kind ack_key ids...` in the same round trip,
+        then wait for the subscribed workers' acknowledgements."""
+        ack_key = f"{self._prefix}ack:{secrets.token_hex(8)}"
+        async with (
+            asyncio.timeout(self._op_timeout),
+            self._redis.pipeline(transaction=False) as pipe,
+        ):
+            write(pipe)
+            pipe.publish(self._channel, " ".join([kind, ack_key, *ids]))
+            receivers = (await pipe.execute())[-1]
+        await self._await_acks(ack_key, int(receivers))
 
     async def _await_acks(self, ack_key: str, receivers: int) -> None:
         """Wait until `receivers` workers confirmed the invalidation, at most `ack_timeout`."""
@@ -407,16 +410,40 @@ class StateCache:
 
 def _snapshot(user: User) -> User:
     """A detached copy with the public fields (never the password hash)."""
-    return User(
-        id=user.id,
+    return _public_user(
+        user.id,
         email=user.email,
         email_key=user.email_key,
-        password_hash="",  # nosec B106
-        is_active=user.is_active,
-        is_superuser=user.is_superuser,
-        email_verified=user.email_verified,
-        created_at=user.created_at,
-        updated_at=user.updated_at,
+        active=user.is_active,
+        superuser=user.is_superuser,
+        verified=user.email_verified,
+        created=user.created_at,
+        updated=user.updated_at,
+    )
+
+
+def _public_user(
+    user_id: int,
+    *,
+    email: str,
+    email_key: str,
+    active: bool,
+    superuser: bool,
+    verified: bool,
+    created: datetime,
+    updated: datetime,
+) -> User:
+    # A detached User with the public fields: what GET /me and `CurrentUser` need.
+    return User(
+        id=user_id,
+        email=email,
+        email_key=email_key,
+        password_hash="",  # never cached, never read from a request user  # nosec B106
+        is_active=active,
+        is_superuser=superuser,
+        email_verified=verified,
+        created_at=created,
+        updated_at=updated,
     )
 
 
@@ -438,15 +465,14 @@ def _text(raw: bytes | str) -> str:
 
 def _user_from_json(user_id: int, raw: bytes | str) -> User:
     data = json.loads(raw)
-    # A detached User with the public fields: what GET /me and `CurrentUser` need.
-    return User(
-        id=user_id,
+    created = datetime.fromtimestamp(data["created"], UTC)
+    return _public_user(
+        user_id,
         email=data["email"],
         email_key=data["email"].lower(),
-        password_hash="",  # never cached, never read from a request user  # nosec B106
-        is_active=data["active"],
-        is_superuser=data["superuser"],
-        email_verified=data["verified"],
-        created_at=datetime.fromtimestamp(data["created"], UTC),
-        updated_at=datetime.fromtimestamp(data["created"], UTC),
+        active=data["active"],
+        superuser=data["superuser"],
+        verified=data["verified"],
+        created=created,
+        updated=created,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     LargeBinary,
@@ -62,7 +63,7 @@ _STATE_COLUMNS = (
     _users.c.is_active,
 )
 _spent = _SPEND.cte("spent")
-#: PostgreSQL: spend and look up in one statement (a data-modifying CTE).
+#: PostgreSQL: spend and look up in one statement (a data-modifying CTE; part of _ROTATE).
 _SPEND_AND_STATE = select(*_STATE_COLUMNS).select_from(
     _spent.join(_sessions, _sessions.c.id == _spent.c.session_id).join(
         _users, _users.c.id == _sessions.c.user_id
@@ -280,30 +281,15 @@ class SessionStore:
         return SessionState(user=user, revoked=revoked_at is not None, expires_at=expires_at)
 
     async def spend_refresh(self, digest: bytes, now: datetime) -> SpentRefresh | None:
-        """Mark an unused, unexpired refresh token used, atomically, and return its session's
-        state; None when no token matched.
-
-        On PostgreSQL the spend and the lookup are one statement (a data-modifying CTE), so
-        a rotation costs one round trip before the insert; SQLite has no DML in CTEs.
-        """
+        """SQLite: mark an unused, unexpired refresh token used, atomically, and return its
+        session's state; None when no token matched. (PostgreSQL rotates in one statement:
+        `rotate_refresh`; SQLite has no DML in CTEs.)"""
         params = {"token_digest": digest, "now": now}
-        if self.s.get_bind().dialect.name == "postgresql":
-            row = (await self.s.execute(_SPEND_AND_STATE, params)).one_or_none()
-        else:
-            session_id = (await self.s.execute(_SPEND, params)).scalar_one_or_none()
-            if session_id is None:
-                return None
-            row = (await self.s.execute(_STATE_OF, {"spent_session_id": session_id})).one_or_none()
-        if row is None:
+        session_id = (await self.s.execute(_SPEND, params)).scalar_one_or_none()
+        if session_id is None:
             return None
-        session_id, user_id, revoked_at, expires_at, is_active = row
-        return SpentRefresh(
-            session_id=session_id,
-            user_id=user_id,
-            revoked=revoked_at is not None,
-            expires_at=expires_at,
-            user_active=is_active,
-        )
+        row = (await self.s.execute(_STATE_OF, {"spent_session_id": session_id})).one_or_none()
+        return _spent_from(row) if row is not None else None
 
     async def refresh_owner(self, digest: bytes) -> tuple[str, bool] | None:
         """(session id, already used) of a refresh token in any state, or None if unknown."""
@@ -478,11 +464,15 @@ async def rotate_refresh(
     row = (await conn.execute(_ROTATE, params)).one_or_none()
     if row is None:
         return None
-    spent = SpentRefresh(
+    return _spent_from(row), bool(row.rotated)
+
+
+def _spent_from(row: Any) -> SpentRefresh:
+    """A row of `_STATE_COLUMNS` (both rotation paths select them)."""
+    return SpentRefresh(
         session_id=row.id,
         user_id=row.user_id,
         revoked=row.revoked_at is not None,
         expires_at=row.expires_at,
         user_active=row.is_active,
     )
-    return spent, bool(row.rotated)
