@@ -99,3 +99,32 @@ async def test_the_average_follows_real_hash_times() -> None:
     for _ in range(30):
         await hashing.hash("correct horse battery")
     assert hashing.seconds_per_hash < 1.0  # it came down to what hashing costs now
+
+
+async def test_hashes_run_on_the_hash_threads_and_a_cancelled_one_never_runs() -> None:
+    import threading
+
+    from authgate.passwords import PasswordHashing
+
+    hashing = PasswordHashing(max_concurrency=1, max_wait=30)
+    release = threading.Event()
+    started = threading.Event()
+    ran: list[str] = []
+
+    def slow(password: str) -> str:
+        ran.append(threading.current_thread().name)
+        started.set()
+        release.wait(10)
+        return password
+
+    first = asyncio.ensure_future(hashing._admit(slow, "first"))
+    queued = asyncio.ensure_future(hashing._admit(slow, "queued"))
+    await asyncio.to_thread(started.wait, 10)  # the first hash holds the only thread
+    queued.cancel()  # its client went away while it waited for a core
+    release.set()
+    assert await first == "first"
+    await asyncio.gather(queued, return_exceptions=True)
+    assert queued.cancelled()
+    assert await hashing._admit(slow, "after") == "after"
+    assert ran == ["authgate-hash_0", "authgate-hash_0"]  # "queued" never ran
+    assert hashing._pending == 0
