@@ -4,6 +4,7 @@ within the wait budget is refused at once with 503 + Retry-After, never left to 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fastapi import FastAPI
 from sqlalchemy import func, select
@@ -128,3 +129,24 @@ async def test_hashes_run_on_the_hash_threads_and_a_cancelled_one_never_runs() -
     assert await hashing._admit(slow, "after") == "after"
     assert ran == ["authgate-hash_0", "authgate-hash_0"]  # "queued" never ran
     assert hashing._pending == 0
+
+
+def test_every_hash_runs_on_a_hash_thread_the_start_up_hash_too(monkeypatch: Any) -> None:
+    # The event loop's thread never hashes, so its malloc arena never keeps a 19 MiB block.
+    import threading
+
+    from argon2 import PasswordHasher
+
+    from authgate.passwords import PasswordHashing
+
+    threads: list[str] = []
+    real = PasswordHasher.hash
+
+    def spy(self: PasswordHasher, password: str | bytes, *, salt: bytes | None = None) -> str:
+        threads.append(threading.current_thread().name)
+        return real(self, password, salt=salt)
+
+    monkeypatch.setattr(PasswordHasher, "hash", spy)
+    hashing = PasswordHashing(max_concurrency=1)
+    asyncio.run(hashing.hash("correct horse battery"))
+    assert threads == ["authgate-hash_0", "authgate-hash_0"]

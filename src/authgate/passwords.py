@@ -71,17 +71,19 @@ def common_passwords() -> frozenset[str]:
 def _bound_malloc_arenas(hash_threads: int) -> None:
     """Cap glibc's malloc arenas, so argon2's 19 MiB blocks are reused instead of hoarded.
 
-    The thread pool spreads hashes over many threads; each thread gets its own malloc arena,
-    and each arena keeps the last 19 MiB block it freed: measured, 165 MB RSS after 80 hashes
-    (two at a time over eight threads) against 51-70 MB with the arenas capped, at the same
-    hash rate. (Pinning the mmap threshold instead keeps RSS at 13 MB but costs a third of the
-    hash rate: the kernel zeroes 19 MiB of fresh pages for every hash.)
+    Every thread that allocates may get its own malloc arena, and each arena keeps the last
+    19 MiB block it freed: measured, 165 MB RSS after 80 hashes spread over eight threads,
+    against 51-70 MB with the arenas capped, at the same hash rate. The cap is one arena per
+    hash thread plus the main one, and only the hash threads ever hash (the start-up hash
+    included), so the event loop's arena never holds an argon2 block: a worker keeps at most
+    one block per hash thread. (Pinning the mmap threshold instead keeps nothing, but costs a
+    third of the hash rate: the kernel zeroes 19 MiB of fresh pages for every hash.)
     """
     if sys.platform != "linux":
         return
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(M_ARENA_MAX, max(2, hash_threads))
+        libc.mallopt(M_ARENA_MAX, hash_threads + 1)
     except (OSError, AttributeError):  # not glibc (musl, …): nothing to cap
         return
 
@@ -119,16 +121,15 @@ class PasswordHashing:
         _bound_malloc_arenas(concurrency)
         # One thread per core, each pulling the next hash from the pool's queue the moment it
         # finishes the last: no round trip through the event loop between two hashes, so a
-        # busy event loop never leaves a core idle while logins wait (measured: the cores
-        # hashed 68 % of the time when each hash was handed out by the event loop).
+        # busy event loop never delays the next hash.
         self._pool = concurrent.futures.ThreadPoolExecutor(
             concurrency, thread_name_prefix="authgate-hash"
         )
         # A real hash of a random password: login for an unknown email verifies against it,
-        # so it costs exactly what a wrong password for a known email costs.
-        started = time.perf_counter()
-        self._dummy_hash = self._hasher.hash(secrets.token_urlsafe(16))
-        self.seconds_per_hash = min(max(time.perf_counter() - started, 0.001), 5.0)
+        # so it costs exactly what a wrong password for a known email costs. Made on a hash
+        # thread, like every other hash (see _bound_malloc_arenas).
+        self._dummy_hash, took = self._pool.submit(self._measured_hash).result()
+        self.seconds_per_hash = min(max(took, 0.001), 5.0)
         self._concurrency = concurrency
         self._max_wait = max_wait
         self._pending = 0
@@ -180,6 +181,11 @@ class PasswordHashing:
             took = min(max(time.perf_counter() - started, 0.001), 5.0)
             # Exponential moving average; a lost update between two threads is harmless.
             self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * took
+
+    def _measured_hash(self) -> tuple[str, float]:
+        started = time.perf_counter()
+        value = self._hasher.hash(secrets.token_urlsafe(16))
+        return value, time.perf_counter() - started
 
     def needs_rehash(self, stored_hash: str) -> bool:
         try:
