@@ -281,6 +281,46 @@ async def test_db_upgrade_migrates_and_is_idempotent(backend: Backend) -> None:
     )
 
 
+def test_head_revision_is_alembics_head() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    import authgate.migrations
+    from authgate.migrations import HEAD_REVISION
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(authgate.migrations.__file__).parent))
+    assert ScriptDirectory.from_config(cfg).get_current_head() == HEAD_REVISION
+
+
+async def test_a_database_at_head_is_checked_without_alembic(backend: Backend) -> None:
+    # Every worker start and CLI command checks the schema: at head, one SELECT, and Alembic
+    # (its imports, its memory) stays out of the process.
+    await asyncio.to_thread(authgate, "db", "upgrade", env=clean_env(backend.env))
+    probe = (
+        "import asyncio, sys\n"
+        "from authgate.config import AuthConfig\n"
+        "from authgate.db import Database, upgrade_schema\n"
+        "async def main():\n"
+        "    db = Database(AuthConfig())\n"
+        "    try:\n"
+        "        print(await upgrade_schema(db), 'alembic' in sys.modules)\n"
+        "    finally:\n"
+        "        await db.dispose()\n"
+        "asyncio.run(main())\n"
+    )
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", probe],
+        env=clean_env(backend.env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "False"]
+
+
 # --- purge -------------------------------------------------------------------------------
 
 

@@ -52,8 +52,17 @@ def _run(work: Callable[[Any], Awaitable[T]]) -> T:
             await gate.cache.aclose()
             await gate.services.db.dispose()
 
+    return _run_async(runner)
+
+
+def _run_async(runner: Callable[[], Awaitable[T]]) -> T:
+    """asyncio.run(runner()), with database trouble turned into one line for the user."""
+
+    async def main() -> T:
+        return await runner()
+
     try:
-        return asyncio.run(runner())
+        return asyncio.run(main())
     except click.ClickException:
         raise
     except (OSError, TimeoutError) as exc:
@@ -76,6 +85,21 @@ def main() -> None:
     """authgate: email-and-password authentication service."""
 
 
+def _migrate(config: AuthConfig) -> None:
+    """Apply pending migrations with nothing but a database connection (no gate: `serve` with
+    one worker serves from this very process, and keeps what it allocated)."""
+    from authgate.db import Database, upgrade_schema
+
+    async def runner() -> None:
+        db = Database(config)
+        try:
+            await upgrade_schema(db)
+        finally:
+            await db.dispose()
+
+    _run_async(runner)
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
@@ -85,7 +109,7 @@ def serve(host: str, port: int, workers: int) -> None:
     import uvicorn
 
     config = _config()
-    _run(lambda gate: asyncio.sleep(0))  # migrations, once, before any worker starts
+    _migrate(config)  # once, before any worker starts
     if config.hash_threads is None:
         # argon2 is CPU-bound: the workers of this machine share its cores between them.
         os.environ["AUTHGATE_HASH_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))

@@ -20,8 +20,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import column, event, select, table, text
 from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -201,8 +202,11 @@ async def upgrade_schema(db: Database) -> bool:
 
     Safe when many workers or hosts start at once: PostgreSQL holds a session-level advisory
     lock around the check and the upgrade, SQLite a file lock beside the database file, so
-    one process migrates and the others find the schema at head.
+    one process migrates and the others find the schema at head. A database already at head
+    costs one SELECT and no Alembic import (every worker start, every CLI command).
     """
+    if await _at_head(db):
+        return False
     if db.is_sqlite:
         db_file = Path(db.url.database or "authgate.sqlite3")
         lock = _file_lock(db_file.with_name(db_file.name + ".migrate-lock"))
@@ -220,6 +224,19 @@ async def upgrade_schema(db: Database) -> bool:
         finally:
             await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK_KEY})
             await conn.commit()
+
+
+async def _at_head(db: Database) -> bool:
+    from authgate.migrations import HEAD_REVISION, VERSION_TABLE
+
+    async with db.engine.connect() as conn:
+        try:
+            version = table(VERSION_TABLE, column("version_num"))
+            rows = (await conn.execute(select(version.c.version_num))).all()
+        except DBAPIError:  # no version table yet: a new database
+            rows = []
+        await conn.rollback()
+    return [row[0] for row in rows] == [HEAD_REVISION]
 
 
 async def _upgrade_locked(db: Database) -> bool:
