@@ -229,6 +229,10 @@ async def upgrade_schema(db: Database) -> bool:
 async def _at_head(db: Database) -> bool:
     from authgate.migrations import HEAD_REVISION, VERSION_TABLE
 
+    if db.is_sqlite and not await asyncio.to_thread(
+        Path(db.url.database or "authgate.sqlite3").exists
+    ):
+        return False  # a new database (and maybe a new directory: the migration makes it)
     async with db.engine.connect() as conn:
         try:
             version = table(VERSION_TABLE, column("version_num"))
