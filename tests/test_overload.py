@@ -150,3 +150,13 @@ def test_every_hash_runs_on_a_hash_thread_the_start_up_hash_too(monkeypatch: Any
     hashing = PasswordHashing(max_concurrency=1)
     asyncio.run(hashing.hash("correct horse battery"))
     assert threads == ["authgate-hash_0", "authgate-hash_0"]
+
+
+def test_all_hash_threads_start_with_the_gate() -> None:
+    # Started now, each gets a malloc arena of its own instead of, under load, the event
+    # loop's (see passwords._start_threads).
+    from authgate.passwords import PasswordHashing
+
+    hashing = PasswordHashing(max_concurrency=3)
+    names = sorted(t.name for t in hashing._pool._threads)
+    assert names == ["authgate-hash_0", "authgate-hash_1", "authgate-hash_2"]

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import ctypes
 import functools
 import gzip
 import os
 import secrets
-import sys
+import threading
 import time
 import unicodedata
 from collections.abc import Callable
@@ -68,27 +67,23 @@ def common_passwords() -> frozenset[str]:
     return frozenset(gzip.decompress(data).decode().split("\n")) - {""}
 
 
-def _bound_malloc_arenas(hash_threads: int) -> None:
-    """Cap glibc's malloc arenas, so argon2's 19 MiB blocks are reused instead of hoarded.
+def _start_threads(pool: concurrent.futures.ThreadPoolExecutor, n: int) -> None:
+    """Start all `n` threads of `pool` now, and only ever hash on them.
 
-    Every thread that allocates may get its own malloc arena, and each arena keeps the last
-    19 MiB block it freed: measured, 165 MB RSS after 80 hashes spread over eight threads,
-    against 51-70 MB with the arenas capped, at the same hash rate. The cap is one arena per
-    hash thread plus the main one, and only the hash threads ever hash (the start-up hash
-    included), so the event loop's arena never holds an argon2 block: a worker keeps at most
-    one block per hash thread. (Pinning the mmap threshold instead keeps nothing, but costs a
-    third of the hash rate: the kernel zeroes 19 MiB of fresh pages for every hash.)
+    argon2 takes a 19 MiB block from malloc for every hash, and glibc keeps a freed block in
+    the arena it came from. A thread started now, while the process has few threads, gets a
+    malloc arena of its own (a new one, or a dead thread's); started on demand under load, it
+    may be given the main arena, shared with the event loop, where the blocks fragment and
+    pile up (measured: the main heap grew by two blocks, 161 MB after a login run instead of
+    142). So each hash thread keeps exactly one block, reused by every hash it makes, and a
+    worker holds at most one block per hash thread. (A process-wide cap on arenas would also
+    bound them, but it is global: it would squeeze a host application's own threads.
+    Pinning the mmap threshold keeps nothing, but costs a third of the hash rate: the kernel
+    zeroes 19 MiB of fresh pages for every hash.)
     """
-    if sys.platform != "linux":
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(M_ARENA_MAX, hash_threads + 1)
-    except (OSError, AttributeError):  # not glibc (musl, …): nothing to cap
-        return
-
-
-M_ARENA_MAX = -8  # from glibc's malloc.h
+    barrier = threading.Barrier(n)
+    for started in [pool.submit(barrier.wait, 30) for _ in range(n)]:
+        started.result()
 
 
 class PasswordHashing:
@@ -118,16 +113,16 @@ class PasswordHashing:
             time_cost=time_cost, memory_cost=memory_cost, parallelism=parallelism
         )
         concurrency = max_concurrency or os.cpu_count() or 1
-        _bound_malloc_arenas(concurrency)
         # One thread per core, each pulling the next hash from the pool's queue the moment it
         # finishes the last: no round trip through the event loop between two hashes, so a
         # busy event loop never delays the next hash.
         self._pool = concurrent.futures.ThreadPoolExecutor(
             concurrency, thread_name_prefix="authgate-hash"
         )
+        _start_threads(self._pool, concurrency)
         # A real hash of a random password: login for an unknown email verifies against it,
         # so it costs exactly what a wrong password for a known email costs. Made on a hash
-        # thread, like every other hash (see _bound_malloc_arenas).
+        # thread, like every other hash (see _start_threads).
         self._dummy_hash, took = self._pool.submit(self._measured_hash).result()
         self.seconds_per_hash = min(max(took, 0.001), 5.0)
         self._concurrency = concurrency
