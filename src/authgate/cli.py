@@ -11,7 +11,7 @@ import copy
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import click
@@ -55,14 +55,10 @@ def _run(work: Callable[[Any], Awaitable[T]]) -> T:
     return _run_async(runner)
 
 
-def _run_async(runner: Callable[[], Awaitable[T]]) -> T:
+def _run_async(runner: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """asyncio.run(runner()), with database trouble turned into one line for the user."""
-
-    async def main() -> T:
-        return await runner()
-
     try:
-        return asyncio.run(main())
+        return asyncio.run(runner())
     except click.ClickException:
         raise
     except (OSError, TimeoutError) as exc:

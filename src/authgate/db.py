@@ -208,7 +208,7 @@ async def upgrade_schema(db: Database) -> bool:
     if await _at_head(db):
         return False
     if db.is_sqlite:
-        db_file = Path(db.url.database or "authgate.sqlite3")
+        db_file = _sqlite_file(db)
         lock = _file_lock(db_file.with_name(db_file.name + ".migrate-lock"))
         # The file lock blocks; take it off the event loop.
         await asyncio.to_thread(lock.__enter__)
@@ -226,12 +226,14 @@ async def upgrade_schema(db: Database) -> bool:
             await conn.commit()
 
 
+def _sqlite_file(db: Database) -> Path:
+    return Path(db.url.database or "authgate.sqlite3")
+
+
 async def _at_head(db: Database) -> bool:
     from authgate.migrations import HEAD_REVISION, VERSION_TABLE
 
-    if db.is_sqlite and not await asyncio.to_thread(
-        Path(db.url.database or "authgate.sqlite3").exists
-    ):
+    if db.is_sqlite and not await asyncio.to_thread(_sqlite_file(db).exists):
         return False  # a new database (and maybe a new directory: the migration makes it)
     async with db.engine.connect() as conn:
         try:

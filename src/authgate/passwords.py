@@ -86,6 +86,11 @@ def _start_threads(pool: concurrent.futures.ThreadPoolExecutor, n: int) -> None:
         started.result()
 
 
+def _seconds_since(started: float) -> float:
+    """A hash's duration for the moving average, kept within 1 ms .. 5 s."""
+    return min(max(time.perf_counter() - started, 0.001), 5.0)
+
+
 class PasswordHashing:
     """argon2id with fixed parameters; every hash and verify runs in a worker thread.
 
@@ -124,7 +129,7 @@ class PasswordHashing:
         # so it costs exactly what a wrong password for a known email costs. Made on a hash
         # thread, like every other hash (see _start_threads).
         self._dummy_hash, took = self._pool.submit(self._measured_hash).result()
-        self.seconds_per_hash = min(max(took, 0.001), 5.0)
+        self.seconds_per_hash = took
         self._concurrency = concurrency
         self._max_wait = max_wait
         self._pending = 0
@@ -173,14 +178,14 @@ class PasswordHashing:
         try:
             return fn(*args)
         finally:
-            took = min(max(time.perf_counter() - started, 0.001), 5.0)
+            took = _seconds_since(started)
             # Exponential moving average; a lost update between two threads is harmless.
             self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * took
 
     def _measured_hash(self) -> tuple[str, float]:
         started = time.perf_counter()
         value = self._hasher.hash(secrets.token_urlsafe(16))
-        return value, time.perf_counter() - started
+        return value, _seconds_since(started)
 
     def needs_rehash(self, stored_hash: str) -> bool:
         try:
