@@ -21,7 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "OneTimeToken", "RefreshToken", "Session", "User"]
+__all__ = ["Base", "OneTimeToken", "RateLimitCounter", "RefreshToken", "Session", "User"]
 
 # BigInteger primary keys, but SQLite only auto-increments a column declared INTEGER.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -75,8 +75,13 @@ class User(Base):
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     is_superuser: Mapped[bool] = mapped_column(Boolean, default=False)
     email_verified: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Bumped by everything that must end the sessions of whoever knew the old credentials
+    #: (password reset, deactivation): a login that verified an older version opens no session,
+    #: and a session opened under an older version cannot refresh.
+    credentials_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: Set by every change to the row; indexed for the workers' invalidation sweep.
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 
 
 class Session(Base):
@@ -92,8 +97,15 @@ class Session(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     #: Absolute end of the family (AUTHGATE_SESSION_MAX_AGE); NULL when unlimited.
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
-    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    #: Indexed for the workers' invalidation sweep (revocations since the last one).
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True, index=True)
     revoke_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    #: The user's `credentials_version` when the session opened.
+    credentials_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: The per-session refresh limit: rotations in the window that began at
+    #: `refresh_window_start` (a fixed window, AUTHGATE_REFRESH_LIMIT_PER_SESSION).
+    refresh_window_start: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    refresh_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class RefreshToken(Base):
@@ -124,3 +136,14 @@ class OneTimeToken(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class RateLimitCounter(Base):
+    """Fixed-window rate-limit counters, when there is no CACHE_URL: every worker and host on
+    the database counts together. `key` is a digest (no email or address in it)."""
+
+    __tablename__ = "authgate_rate_limits"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    hits: Mapped[int] = mapped_column(Integer)
+    window_end: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
