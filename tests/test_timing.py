@@ -188,3 +188,27 @@ async def test_reset_request_time_does_not_tell_known_from_unknown_email(tmp_pat
     results = compare("password-reset", known, unknown)
     report(results)
     assert all(r.ok for r in results), "\n".join(map(str, results))
+
+
+async def test_login_time_does_not_tell_outdated_hash_from_unknown_email(tmp_path: Path) -> None:
+    """Security finding F9: a stored hash with older, cheaper argon2 parameters verifies
+    faster; a wrong password for such an account must still take what an unknown email
+    takes (the difference is waited out)."""
+    from argon2 import PasswordHasher
+    from sqlalchemy import update
+
+    from authgate.models import User
+
+    config = make_config(Backend("sqlite", tmp_path / "data"))
+    app = create_app(config)
+    async with running(app) as client:
+        for email in KNOWN:
+            await register(client, email, PASSWORD)
+        # Hashes made with a quarter of today's memory and one pass: much cheaper to verify.
+        old = PasswordHasher(time_cost=1, memory_cost=4096, parallelism=1).hash(PASSWORD)
+        async with app.state.authgate.services.db.write() as s:
+            await s.execute(update(User).values(password_hash=old))
+        known, unknown = await measure(client, send_login, 401)
+    results = compare("login (outdated hash)", known, unknown)
+    report(results)
+    assert all(r.ok for r in results), "\n".join(map(str, results))

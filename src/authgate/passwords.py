@@ -146,10 +146,23 @@ class PasswordHashing:
         return await self._admit(self._hasher.hash, password)
 
     async def verify(self, stored_hash: str | None, password: str) -> bool:
-        """True when `password` matches; with `stored_hash=None` does the same work, False."""
-        target = stored_hash if stored_hash is not None else self._dummy_hash
-        ok = await self._admit(self._verify, target, password)
-        return ok and stored_hash is not None
+        """True when `password` matches; with `stored_hash=None` does the same work, False.
+
+        A hash made with other (older, cheaper) parameters verifies faster than the current
+        ones; when such a verification fails, the answer waits out the difference to the
+        current cost, so a wrong password for an account with an old hash takes as long as
+        one for an unknown email. (On success the caller re-hashes at the current cost.)
+        """
+        if stored_hash is None:
+            await self._admit(self._verify, self._dummy_hash, password)
+            return False
+        if not self.needs_rehash(stored_hash):
+            return await self._admit(self._verify, stored_hash, password)
+        # Not representative of the current cost: kept out of the moving average.
+        ok, took = await self._admit(self._verify_timed, stored_hash, password, measure=False)
+        if not ok:
+            await asyncio.sleep(max(0.0, self.seconds_per_hash - took))
+        return ok
 
     def check_admission(self) -> None:
         """Refuse now (`Busy`) what the queue would refuse later: called before the database
@@ -157,19 +170,19 @@ class PasswordHashing:
         if self._pending >= self.max_pending:
             raise Busy()
 
-    async def _admit(self, fn: Callable[..., T], *args: str) -> T:
+    async def _admit(self, fn: Callable[..., T], *args: str, measure: bool = True) -> T:
         self.check_admission()
         self._pending += 1
         queued = time.perf_counter()
         try:
             # Cancelled while still queued (the client went away), the hash never runs.
             return await asyncio.get_running_loop().run_in_executor(
-                self._pool, self._timed, queued, fn, *args
+                self._pool, self._timed, queued, measure, fn, *args
             )
         finally:
             self._pending -= 1
 
-    def _timed(self, queued: float, fn: Callable[..., T], *args: str) -> T:
+    def _timed(self, queued: float, measure: bool, fn: Callable[..., T], *args: str) -> T:
         started = time.perf_counter()
         if started - queued > self._max_wait:
             # Waited past the budget after all (the estimate was too hopeful): give the
@@ -178,9 +191,10 @@ class PasswordHashing:
         try:
             return fn(*args)
         finally:
-            took = _seconds_since(started)
-            # Exponential moving average; a lost update between two threads is harmless.
-            self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * took
+            if measure:
+                took = _seconds_since(started)
+                # Exponential moving average; a lost update between two threads is harmless.
+                self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * took
 
     def _measured_hash(self) -> tuple[str, float]:
         started = time.perf_counter()
@@ -192,6 +206,11 @@ class PasswordHashing:
             return self._hasher.check_needs_rehash(stored_hash)
         except InvalidHashError:
             return True
+
+    def _verify_timed(self, stored_hash: str, password: str) -> tuple[bool, float]:
+        started = time.perf_counter()
+        ok = self._verify(stored_hash, password)
+        return ok, time.perf_counter() - started
 
     def _verify(self, stored_hash: str, password: str) -> bool:
         try:

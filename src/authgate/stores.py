@@ -4,14 +4,17 @@ one token exactly one matches a row."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
     LargeBinary,
     Table,
+    and_,
     bindparam,
+    case,
     delete,
     exists,
     func,
@@ -29,6 +32,7 @@ from authgate.models import Base, OneTimeToken, RefreshToken, Session, User, UTC
 
 __all__ = [
     "Credentials",
+    "RefreshBudget",
     "SessionState",
     "SessionStore",
     "SpentRefresh",
@@ -45,15 +49,40 @@ __all__ = [
 _tokens: Table = Base.metadata.tables[RefreshToken.__tablename__]
 _sessions: Table = Base.metadata.tables[Session.__tablename__]
 _users: Table = Base.metadata.tables[User.__tablename__]
+#: A session that has rotated `burst` times in its current window (the per-session refresh
+#: limit): its token is not spent, and the refresh answers 429.
+_over_budget = (
+    select(_sessions.c.id)
+    .where(
+        _sessions.c.id == _tokens.c.session_id,
+        _sessions.c.refresh_window_start > bindparam("window_floor", type_=UTCDateTime()),
+        _sessions.c.refresh_count >= bindparam("burst"),
+    )
+    .exists()
+)
 _SPEND = (
     update(_tokens)
     .where(
         _tokens.c.digest == bindparam("token_digest"),
         _tokens.c.used_at.is_(None),
         _tokens.c.expires_at > bindparam("now"),
+        ~_over_budget,
     )
     .values(used_at=bindparam("now"))
     .returning(_tokens.c.session_id)
+)
+_in_window = _sessions.c.refresh_window_start > bindparam("window_floor", type_=UTCDateTime())
+#: Count one rotation in the session's window (a new window once the last one is over).
+_COUNT_ROTATION = (
+    update(_sessions)
+    .where(_sessions.c.id == bindparam("spent_session_id"))
+    .values(
+        refresh_count=case((_in_window, _sessions.c.refresh_count + 1), else_=1),
+        refresh_window_start=case(
+            (_in_window, _sessions.c.refresh_window_start),
+            else_=bindparam("now", type_=UTCDateTime()),
+        ),
+    )
 )
 _STATE_COLUMNS = (
     _sessions.c.id,
@@ -61,6 +90,8 @@ _STATE_COLUMNS = (
     _sessions.c.revoked_at,
     _sessions.c.expires_at,
     _users.c.is_active,
+    # A session opened under older credentials (reset, deactivation since) cannot refresh.
+    (_sessions.c.credentials_version == _users.c.credentials_version).label("current"),
 )
 _spent = _SPEND.cte("spent")
 #: PostgreSQL: spend and look up in one statement (a data-modifying CTE; part of _ROTATE).
@@ -97,37 +128,90 @@ _added = (
             _state.c.revoked_at.is_(None),
             or_(_state.c.expires_at.is_(None), _state.c.expires_at > _now),
             _state.c.is_active,
+            _state.c.current,
         ),
     )
     .returning(_tokens.c.session_id)
     .cte("added")
 )
-_ROTATE = select(*_state.c, exists(select(_added.c.session_id)).label("rotated"))
+_counted = (
+    update(_sessions)
+    .where(_sessions.c.id.in_(select(_spent.c.session_id)))
+    .values(
+        refresh_count=case((_in_window, _sessions.c.refresh_count + 1), else_=1),
+        refresh_window_start=case((_in_window, _sessions.c.refresh_window_start), else_=_now),
+    )
+    .returning(_sessions.c.id)
+    .cte("counted")
+)
+_ROTATE = select(
+    *_state.c,
+    exists(select(_added.c.session_id)).label("rotated"),
+    exists(select(_counted.c.id)).label("counted"),
+)
 
 #: What login needs of a user, by its canonical email key.
-_CREDENTIALS = select(_users.c.id, _users.c.password_hash, _users.c.is_active).where(
-    _users.c.email_key == bindparam("email_key")
+_CREDENTIALS = select(
+    _users.c.id, _users.c.password_hash, _users.c.is_active, _users.c.credentials_version
+).where(_users.c.email_key == bindparam("email_key"))
+#: The user row a new session depends on, locked (FOR SHARE) until the session is in: a reset
+#: or deactivation that updates the row either commits first (then the version no longer
+#: matches and no session opens) or waits until the session is in (then revokes it).
+_current_user = (
+    select(_users.c.id, _users.c.credentials_version)
+    .where(
+        _users.c.id == bindparam("user_id"),
+        _users.c.credentials_version == bindparam("credentials_version"),
+        _users.c.is_active,
+    )
+    .with_for_update(read=True)
 )
-#: PostgreSQL: a new session and its first refresh token in one autocommitted statement.
+_NEW_SESSION = (
+    insert(_sessions)
+    .from_select(
+        ["id", "user_id", "created_at", "expires_at", "credentials_version"],
+        select(
+            bindparam("session_id"),
+            _users.c.id,
+            _now,
+            bindparam("session_end", type_=UTCDateTime()),
+            _users.c.credentials_version,
+        )
+        .where(*_current_user.whereclause.clauses)  # type: ignore[union-attr]
+        .with_for_update(read=True),
+    )
+    .returning(_sessions.c.id)
+)
+#: PostgreSQL: a new session and its first refresh token in one autocommitted statement,
+#: only while the credentials that were verified are current.
+_current = _current_user.cte("current_user")
 _new_session = (
     insert(_sessions)
-    .values(
-        id=bindparam("session_id"),
-        user_id=bindparam("user_id"),
-        created_at=_now,
-        expires_at=bindparam("session_end", type_=UTCDateTime()),
+    .from_select(
+        ["id", "user_id", "created_at", "expires_at", "credentials_version"],
+        select(
+            bindparam("session_id"),
+            _current.c.id,
+            _now,
+            bindparam("session_end", type_=UTCDateTime()),
+            _current.c.credentials_version,
+        ),
     )
     .returning(_sessions.c.id)
     .cte("new_session")
 )
-_OPEN_SESSION = insert(_tokens).from_select(
-    ["session_id", "digest", "created_at", "expires_at"],
-    select(
-        _new_session.c.id,
-        bindparam("digest", type_=LargeBinary()),
-        _now,
-        bindparam("refresh_end", type_=UTCDateTime()),
-    ),
+_OPEN_SESSION = (
+    insert(_tokens)
+    .from_select(
+        ["session_id", "digest", "created_at", "expires_at"],
+        select(
+            _new_session.c.id,
+            bindparam("digest", type_=LargeBinary()),
+            _now,
+            bindparam("refresh_end", type_=UTCDateTime()),
+        ),
+    )
+    .returning(_tokens.c.session_id)
 )
 
 
@@ -142,7 +226,8 @@ _ADD_USER = (
 async def add_user(conn: AsyncConnection, user: User) -> bool:
     """PostgreSQL, on an autocommit connection: insert `user` and set its id; False when the
     email is taken (the unique index decides, not a pre-check)."""
-    values = {c.key: getattr(user, c.key) for c in _users.c if c.key != "id"}
+    # Unset attributes (id, credentials_version) take the table's defaults.
+    values = {c.key: v for c in _users.c if (v := getattr(user, c.key)) is not None}
     user_id = (await conn.execute(_ADD_USER, values)).scalar_one_or_none()
     if user_id is None:
         return False
@@ -151,40 +236,58 @@ async def add_user(conn: AsyncConnection, user: User) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class RefreshBudget:
+    """The per-session refresh limit: at most `burst` rotations in a fixed window of
+    `window` seconds that begins at the first rotation after the last window ended."""
+
+    burst: int
+    window: int
+
+    def params(self, now: datetime) -> dict[str, Any]:
+        return {"window_floor": now - timedelta(seconds=self.window), "burst": self.burst}
+
+
+@dataclass(frozen=True, slots=True)
 class Credentials:
     user_id: int
     password_hash: str
     is_active: bool
+    version: int
 
 
 async def credentials(db: AsyncSession | AsyncConnection, email_key: str) -> Credentials | None:
     """The login lookup: one indexed row, no ORM object."""
     row = (await db.execute(_CREDENTIALS, {"email_key": email_key})).one_or_none()
-    return Credentials(row.id, row.password_hash, row.is_active) if row is not None else None
+    if row is None:
+        return None
+    return Credentials(row.id, row.password_hash, row.is_active, row.credentials_version)
 
 
 async def open_session(
     conn: AsyncConnection,
     *,
     session_id: str,
-    user_id: int,
+    user: Credentials,
     now: datetime,
     session_end: datetime | None,
     digest: bytes,
     refresh_end: datetime,
-) -> None:
-    """PostgreSQL, on an autocommit connection: the session and its first token, atomically."""
-    await conn.execute(
+) -> bool:
+    """PostgreSQL, on an autocommit connection: the session and its first token, atomically,
+    only while `user`'s credentials are current and the user active; False when not."""
+    result = await conn.execute(
         _OPEN_SESSION,
         {
             "session_id": session_id,
-            "user_id": user_id,
+            "user_id": user.user_id,
+            "credentials_version": user.version,
             "now": now,
             "session_end": session_end,
             "digest": digest,
             "refresh_end": refresh_end,
         },
     )
+    return result.scalar_one_or_none() is not None
 
 
 class UserStore:
@@ -209,14 +312,36 @@ class UserStore:
         return True
 
     async def set_password(self, user_id: int, password_hash: str, now: datetime) -> None:
+        """A new password: whoever knew the old one loses every way in (the credentials
+        version moves, so a login that verified the old password opens no session)."""
         await self.s.execute(
             update(User)
             .where(User.id == user_id)
-            .values(password_hash=password_hash, updated_at=now)
+            .values(
+                password_hash=password_hash,
+                updated_at=now,
+                credentials_version=User.credentials_version + 1,
+            )
         )
 
+    async def rehash(self, user_id: int, verified_hash: str, new_hash: str, now: datetime) -> bool:
+        """Replace the hash that was just verified by one at the current parameters (same
+        password): a compare-and-swap, so a reset that committed meanwhile is never undone.
+        False (nothing written) when the stored hash is no longer `verified_hash`."""
+        result = await self.s.execute(
+            update(User)
+            .where(User.id == user_id, User.password_hash == verified_hash)
+            .values(password_hash=new_hash, updated_at=now)
+            .returning(User.id)
+        )
+        return result.scalar_one_or_none() is not None
+
     async def set_flags(self, user_id: int, now: datetime, **flags: bool) -> None:
-        await self.s.execute(update(User).where(User.id == user_id).values(updated_at=now, **flags))
+        """Change flags; deactivation also moves the credentials version (see set_password)."""
+        values: dict[str, Any] = {"updated_at": now, **flags}
+        if flags.get("is_active") is False:
+            values["credentials_version"] = User.credentials_version + 1
+        await self.s.execute(update(User).where(User.id == user_id).values(**values))
 
     async def listing(self) -> list[User]:
         return list((await self.s.execute(select(User).order_by(User.id))).scalars())
@@ -236,6 +361,13 @@ class SpentRefresh:
     revoked: bool
     expires_at: datetime | None
     user_active: bool
+    #: The session was opened under the user's current credentials version.
+    current: bool
+
+
+#: Spent refresh tokens kept per family for reuse detection (see purge_refresh_tokens).
+KEEP_SPENT = 3
+_newer_spent = _tokens.alias("newer")
 
 
 class SessionStore:
@@ -245,14 +377,22 @@ class SessionStore:
         self.s = s
 
     async def create(
-        self, *, session_id: str, user_id: int, now: datetime, expires_at: datetime | None
-    ) -> None:
+        self, *, session_id: str, user: Credentials, now: datetime, expires_at: datetime | None
+    ) -> bool:
+        """Open a session only while `user`'s credentials version is current and the user
+        active (the row is locked FOR SHARE until the transaction ends); False when not."""
         # Core inserts: the ORM's unit of work costs more than the statement on this hot path.
-        await self.s.execute(
-            insert(Session).values(
-                id=session_id, user_id=user_id, created_at=now, expires_at=expires_at
-            )
+        result = await self.s.execute(
+            _NEW_SESSION,
+            {
+                "session_id": session_id,
+                "user_id": user.user_id,
+                "credentials_version": user.version,
+                "now": now,
+                "session_end": expires_at,
+            },
         )
+        return result.scalar_one_or_none() is not None
 
     async def add_refresh(
         self, *, session_id: str, digest: bytes, now: datetime, expires_at: datetime
@@ -280,14 +420,20 @@ class SessionStore:
         user, revoked_at, expires_at = row
         return SessionState(user=user, revoked=revoked_at is not None, expires_at=expires_at)
 
-    async def spend_refresh(self, digest: bytes, now: datetime) -> SpentRefresh | None:
-        """SQLite: mark an unused, unexpired refresh token used, atomically, and return its
-        session's state; None when no token matched. (PostgreSQL rotates in one statement:
+    async def spend_refresh(
+        self, digest: bytes, now: datetime, budget: RefreshBudget
+    ) -> SpentRefresh | None:
+        """SQLite: mark an unused, unexpired refresh token used, atomically, count the rotation
+        in its session's window, and return the session's state; None when no token matched
+        (or its session is over `budget`). (PostgreSQL rotates in one statement:
         `rotate_refresh`; SQLite has no DML in CTEs.)"""
-        params = {"token_digest": digest, "now": now}
+        params = {"token_digest": digest, "now": now, **budget.params(now)}
         session_id = (await self.s.execute(_SPEND, params)).scalar_one_or_none()
         if session_id is None:
             return None
+        await self.s.execute(
+            _COUNT_ROTATION, {"spent_session_id": session_id, "now": now, **budget.params(now)}
+        )
         row = (await self.s.execute(_STATE_OF, {"spent_session_id": session_id})).one_or_none()
         return _spent_from(row) if row is not None else None
 
@@ -300,6 +446,27 @@ class SessionStore:
         )
         row = result.one_or_none()
         return None if row is None else (row[0], row[1] is not None)
+
+    async def refresh_retry_after(
+        self, digest: bytes, now: datetime, budget: RefreshBudget
+    ) -> int | None:
+        """Seconds until the session of this live, unused token may rotate again, when it is
+        over `budget` (why the rotation matched nothing); None otherwise."""
+        row = (
+            await self.s.execute(
+                select(Session.refresh_window_start, Session.refresh_count)
+                .join(RefreshToken, RefreshToken.session_id == Session.id)
+                .where(
+                    RefreshToken.digest == digest,
+                    RefreshToken.used_at.is_(None),
+                    RefreshToken.expires_at > now,
+                )
+            )
+        ).one_or_none()
+        if row is None or row.refresh_window_start is None or row.refresh_count < budget.burst:
+            return None
+        ends = row.refresh_window_start + timedelta(seconds=budget.window)
+        return max(1, math.ceil((ends - now).total_seconds())) if ends > now else None
 
     async def revoke(self, session_id: str, now: datetime, reason: str) -> bool:
         """Revoke one family; True when it was live until now."""
@@ -355,16 +522,32 @@ class SessionStore:
         return len(dead), window[-1][0] if len(window) == limit else ""
 
     async def purge_refresh_tokens(self, now: datetime, limit: int, after: int) -> tuple[int, int]:
-        """Delete expired refresh tokens among the next `limit` ids above `after`; (deleted,
-        cursor), the cursor 0 once at the end.
+        """Delete expired refresh tokens, and spent ones beyond the newest `KEEP_SPENT` of
+        their family, among the next `limit` ids above `after`; (deleted, cursor), the cursor
+        0 once at the end.
 
-        Spent but unexpired tokens of live families stay: presenting one again must still
-        be recognised as reuse.
+        The newest spent tokens of a family stay until they expire: presenting one again is
+        reuse and revokes the family. Older spent tokens go (one client rotating all day would
+        otherwise keep millions of rows); presented again, such a token is unknown and
+        refused (401) without revoking the family, which its holder cannot use anyway.
         """
+        newer = select(func.count())
+        newer = newer.select_from(_newer_spent).where(
+            _newer_spent.c.session_id == RefreshToken.session_id,
+            _newer_spent.c.id > RefreshToken.id,
+            _newer_spent.c.used_at.is_not(None),
+        )
+        dead_row = or_(
+            RefreshToken.expires_at <= now,
+            and_(
+                RefreshToken.used_at.is_not(None),
+                newer.scalar_subquery() >= KEEP_SPENT,
+            ),
+        )
         window = list(
             (
                 await self.s.execute(
-                    select(RefreshToken.id, RefreshToken.expires_at <= now)
+                    select(RefreshToken.id, dead_row)
                     .where(RefreshToken.id > after)
                     .order_by(RefreshToken.id)
                     .limit(limit)
@@ -454,13 +637,20 @@ def _live(purpose: str, digest: bytes, now: datetime) -> tuple[ColumnElement[boo
 
 
 async def rotate_refresh(
-    conn: AsyncConnection, digest: bytes, new_digest: bytes, now: datetime, refresh_end: datetime
+    conn: AsyncConnection,
+    digest: bytes,
+    new_digest: bytes,
+    now: datetime,
+    refresh_end: datetime,
+    budget: RefreshBudget,
 ) -> tuple[SpentRefresh, bool] | None:
-    """PostgreSQL, on an autocommit connection: spend `digest` and add `new_digest` in one
-    statement. (the spent token's session, whether the successor was added), or None when
-    no unused, unexpired token matched."""
-    params = {"token_digest": digest, "new_digest": new_digest, "now": now}
+    """PostgreSQL, on an autocommit connection: spend `digest`, count the rotation in its
+    session's window and add `new_digest`, in one statement. (the spent token's session,
+    whether the successor was added), or None when no unused, unexpired token matched (or
+    its session is over `budget`)."""
+    params: dict[str, Any] = {"token_digest": digest, "new_digest": new_digest, "now": now}
     params["refresh_end"] = refresh_end
+    params.update(budget.params(now))
     row = (await conn.execute(_ROTATE, params)).one_or_none()
     if row is None:
         return None
@@ -475,4 +665,5 @@ def _spent_from(row: Any) -> SpentRefresh:
         revoked=row.revoked_at is not None,
         expires_at=row.expires_at,
         user_active=row.is_active,
+        current=bool(row.current),
     )
