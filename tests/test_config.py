@@ -262,6 +262,56 @@ def test_describe_never_includes_a_url_password(database: str, cache: str) -> No
     assert described["prefix"] == "/auth"
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        # Userinfo, with and without a user name, with `@ / ? # :` left unescaped in it.
+        ("postgresql://admin:hunter2@db:5432/app", "postgresql://***@db:5432/app"),
+        ("postgresql://admin:hun@ter2@db/app", "postgresql://***@db/app"),
+        ("redis://:hunter2@cache:6379/0", "redis://***@cache:6379/0"),
+        (
+            "rediss://default:hunter2@cache.example.com:6380/1",
+            "rediss://***@cache.example.com:6380/1",
+        ),
+        ("postgresql://admin:hunt/er2@db/app", "postgresql://***@db/app"),
+        ("postgresql://admin:hunt#er2@db/app", "postgresql://***"),
+        ("unix://:hunter2@/run/redis.sock?db=0", "unix://***@/run/redis.sock?db=***"),
+        # Query parameters: every value, whatever its name.
+        ("postgresql://db/app?password=hunter2", "postgresql://db/app?password=***"),
+        (
+            "postgresql://admin@db/app?sslmode=verify-full&sslpassword=hunter2",
+            "postgresql://***@db/app?sslmode=***&sslpassword=***",
+        ),
+        ("postgres://admin:hunter2@db/app?sslmode=require", "postgres://***@db/app?sslmode=***"),
+        ("redis://cache:6379/0?password=hunter2", "redis://cache:6379/0?password=***"),
+        (
+            "redis://cache/0?username=u&password=hunter2",
+            "redis://cache/0?username=***&password=***",
+        ),
+        ("postgresql://admin:hunter2@/app?host=/run/pg", "postgresql://***@/app?host=***"),
+        ("postgresql://db/app?hunter2", "postgresql://db/app?***"),
+        ("postgresql://db/app;password=x?user=a@b&password=hunter2", "postgresql://***"),
+        (
+            "postgresql://db/app?user=a@b&password=hunter2",
+            "postgresql://db/app?user=***&password=***",
+        ),
+        # Where the userinfo ends is undecidable: only the scheme is shown.
+        ("postgresql://u:p@db/app?password=hunter2@x", "postgresql://***"),
+        ("redis://:hun?ter2@cache:6379/0", "redis://***"),
+        ("postgresql://u:p#w@h1:5432,h2:5432/app?sslpassword=hunter2", "postgresql://***"),
+        ("postgresql://db/app#hunter2", "postgresql://db/app"),
+        ("sqlite:////var/lib/app.db", "sqlite:////var/lib/app.db"),
+        ("no scheme hunter2", "<unparseable url>"),
+    ],
+)
+def test_redact_url_hides_every_credential(url: str, shown: str) -> None:
+    from authgate.config import _redact_url
+
+    assert _redact_url(url) == shown
+    assert "hunter2" not in shown
+    assert "ter2" not in shown
+
+
 def test_describe_the_embedded_setup() -> None:
     described = AuthConfig().describe()
     assert described["database"] == "embedded sqlite"

@@ -302,6 +302,54 @@ async def test_duplicated_auth_cookies_are_not_trusted(client: httpx.AsyncClient
 
 
 @pytest.mark.parametrize(
+    "separator",
+    [b" ", b"\t", b"\xa0", b"\x85", b" \xa0 "],
+    ids=["space", "tab", "nbsp", "nel", "mixed"],
+)
+async def test_a_name_spelled_with_trailing_whitespace_is_a_duplicate(
+    client: httpx.AsyncClient, separator: bytes
+) -> None:
+    """`svc_access_token=V; svc_access_token =A`: the reader strips the name (U+00A0 and U+0085
+    too), so the duplicate check must count it as the same name: neither is used."""
+    await register(client)
+    access = (await login(client))["access_token"].encode()
+    client.cookies.clear()
+    for cookie in (
+        b"svc_access_token=planted; svc_access_token" + separator + b"=" + access,
+        b"svc_access_token" + separator + b"=" + access + b"; svc_access_token=planted",
+    ):
+        me = await client.get("/auth/me", headers=[(b"cookie", cookie)])
+        assert me.status_code == 401, cookie
+    alone = b"svc_access_token" + separator + b"=" + access
+    assert (await client.get("/auth/me", headers=[(b"cookie", alone)])).status_code == 200
+
+
+async def test_one_cookie_name_in_two_cookie_headers_is_a_duplicate(
+    client: httpx.AsyncClient,
+) -> None:
+    await register(client)
+    tokens = await login(client)
+    client.cookies.clear()
+    access, refresh = tokens["access_token"], tokens["refresh_token"]
+    me = await client.get(
+        "/auth/me",
+        headers=[("cookie", "svc_access_token=planted"), ("cookie", f"svc_access_token={access}")],
+    )
+    assert me.status_code == 401
+    response = await client.post(
+        "/auth/refresh",
+        headers=[
+            ("cookie", "svc_refresh_token=planted"),
+            ("cookie", f"svc_refresh_token ={refresh}"),
+        ],
+    )
+    assert response.status_code == 401
+    # The real token was not spent by that request.
+    response = await client.post("/auth/refresh", json={"refresh_token": refresh})
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
     "headers",
     [
         {"Authorization": "Bearer " + "a" * 100_000},

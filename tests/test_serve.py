@@ -262,3 +262,148 @@ def test_readme_curl_walkthrough(backend: Backend, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert '"email":"ann@example.com"' in result.stdout
     assert "access token refused after logout" in result.stdout
+
+
+# --- the HTTP edge of a real server (issue 10: I2, I3) -----------------------------------
+
+
+def _connect(server: Server) -> socket.socket:
+    host, port = server.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=5.0)
+    # The server must close each of these connections well within this bound.
+    sock.settimeout(20.0)
+    return sock
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (bounded by the socket's
+    timeout: a server that keeps the connection open fails the test)."""
+    data = b""
+    for _ in range(1000):
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            pytest.fail(f"the server kept the connection open; received {data[:200]!r}")
+        except ConnectionResetError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+    pytest.fail("the server kept sending")
+
+
+def test_serve_closes_slow_idle_and_oversized_connections(tmp_path: Path) -> None:
+    """No connection is held for ever: one that sends nothing, a head that never ends, a body
+    that stalls, an idle kept-alive connection; a head over the limit gets 431."""
+    env = clean_env(
+        {
+            "AUTHGATE_DATA_DIR": str(tmp_path / "data"),
+            "AUTHGATE_READ_TIMEOUT": "1",
+            "AUTHGATE_KEEP_ALIVE_TIMEOUT": "1",
+            "AUTHGATE_MAX_HEADER_BYTES": "8192",
+        }
+    )
+    with serving(env, tmp_path / "logs") as server:
+        # Connects, sends nothing.
+        with _connect(server) as sock:
+            assert _read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
+        # Half a head, then silence (slowloris).
+        with _connect(server) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: 1\r\n")
+            assert _read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
+        # Trickling a head byte by byte does not reset the clock.
+        with _connect(server) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            for _ in range(40):
+                try:
+                    sock.sendall(b"a")
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+                time.sleep(0.1)
+            assert _read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
+        # A body that stops half-way.
+        with _connect(server) as sock:
+            sock.sendall(
+                b"POST /auth/login HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"email": '
+            )
+            assert b"HTTP/1.1 200" not in _read_until_closed(sock)
+        # A complete request, then an idle kept-alive connection.
+        with _connect(server) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            answer = _read_until_closed(sock)
+            assert answer.startswith(b"HTTP/1.1 200 ")
+            assert answer.endswith(b'{"status":"ok"}')
+        # A head over the limit.
+        with _connect(server) as sock:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(
+                    b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 100_000 + b"\r\n"
+                )
+            assert _read_until_closed(sock).startswith(b"HTTP/1.1 431 ")
+        # Ordinary requests, and a head just under the limit, still work.
+        assert server.get("/health").status_code == 200
+        assert server.get("/health", headers={"X-Pad": "p" * 6000}).status_code == 200
+        assert "Traceback" not in server.stderr
+
+
+def test_access_log_never_carries_query_values(tmp_path: Path) -> None:
+    """uvicorn's access log names every request target; tokens in mailed links (and anything
+    else in a query) are redacted, parameter names kept."""
+    secrets_sent = ["RESETTOKEN0123456789abcdef", "CODE987654", "PASSWORDhunter2"]
+    env = clean_env({"AUTHGATE_DATA_DIR": str(tmp_path / "data")})
+    with serving(env, tmp_path / "logs") as server:
+        server.get(f"/reset-password?token={secrets_sent[0]}")
+        server.get(f"/verify-email?token={secrets_sent[0]}&next=/x")
+        server.get(f"/x?code={secrets_sent[1]}&password={secrets_sent[2]}")
+        server.post(f"/auth/login?{secrets_sent[2]}", json={"email": "a@b.c", "password": "x"})
+        access_log = tmp_path / "logs" / f"serve-{server.url.rsplit(':', 1)[1]}.out"
+        for _ in range(100):  # the log is written after each answer: wait (bounded) for it
+            if "/auth/login?***" in access_log.read_text(errors="replace"):
+                break
+            time.sleep(0.05)
+        logs = access_log.read_text(errors="replace") + server.stderr
+    assert "/reset-password?token=***" in logs
+    assert "/verify-email?token=***&next=***" in logs
+    assert "/x?code=***&password=***" in logs
+    assert "/auth/login?***" in logs
+    for secret in secrets_sent:
+        assert secret not in logs
+
+
+# --- files on disk (issue 10, F13) -------------------------------------------------------
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_serve_keeps_the_embedded_database_private(tmp_path: Path) -> None:
+    """The data directory is 0700 and the database, its WAL and shared-memory files 0600,
+    with a permissive umask; a directory and files left wider by an older version are fixed
+    at the next start, with a warning."""
+    data_dir = tmp_path / "data"
+    env = clean_env({"AUTHGATE_DATA_DIR": str(data_dir)}, secret=None)
+    db_files = [data_dir / f"authgate.sqlite3{suffix}" for suffix in ("", "-wal", "-shm")]
+    old_umask = os.umask(0o022)  # the subprocess inherits it
+    try:
+        with serving(env, tmp_path / "logs") as server:
+            register_and_login(server)
+            assert _mode(data_dir) == 0o700
+            for path in [*db_files, data_dir / "secret_key"]:
+                assert path.exists(), path
+                assert _mode(path) == 0o600, path
+        # What an older version left behind.
+        data_dir.chmod(0o755)
+        for path in db_files:
+            if path.exists():
+                path.chmod(0o644)
+        with serving(env, tmp_path / "logs") as server:
+            register_and_login(server, "bob@example.com")
+            assert _mode(data_dir) == 0o700
+            for path in db_files:
+                assert _mode(path) == 0o600, path
+            assert "was mode 0755; now 0700" in server.stderr
+            assert "was mode 0644; now 0600" in server.stderr
+    finally:
+        os.umask(old_umask)

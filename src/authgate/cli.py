@@ -119,7 +119,30 @@ def serve(host: str, port: int, workers: int) -> None:
         log_config=_log_config(),
         proxy_headers=False,
         server_header=False,
+        ws="none",  # no WebSocket routes: no upgrade handling either
+        timeout_keep_alive=config.keep_alive_timeout,
+        limit_concurrency=config.max_connections,
+        timeout_graceful_shutdown=config.shutdown_timeout,
+        **_http_protocol(config),
     )
+
+
+def _http_protocol(config: AuthConfig) -> dict[str, Any]:
+    """uvicorn's httptools protocol with a read timeout and a head limit (`http_server`); on
+    a platform without httptools, h11, whose only limit is the size of an incomplete head."""
+    try:
+        from authgate.http_server import protocol_factory
+    except ImportError:  # pragma: no cover - httptools comes with uvicorn[standard]
+        logging.getLogger("authgate").warning(
+            "httptools is not installed: serving with h11, without a read timeout; "
+            "keep a reverse proxy with header and body timeouts in front"
+        )
+        return {"http": "h11", "h11_max_incomplete_event_size": config.max_header_bytes}
+    return {
+        "http": protocol_factory(
+            read_timeout=config.read_timeout, max_header_bytes=config.max_header_bytes
+        )
+    }
 
 
 def _log_config() -> dict[str, Any]:
@@ -133,6 +156,11 @@ def _log_config() -> dict[str, Any]:
         "stream": "ext://sys.stderr",
     }
     cfg["loggers"]["authgate"] = {"handlers": ["authgate"], "level": "INFO", "propagate": False}
+    # uvicorn's access log names each request target: query values (reset and verification
+    # tokens in the mailed links) are redacted before any handler sees the record.
+    cfg.setdefault("filters", {})["redact_query"] = {"()": "authgate.events.AccessLogFilter"}
+    cfg["handlers"]["access"]["filters"] = ["redact_query"]
+    cfg["loggers"]["uvicorn.access"]["filters"] = ["redact_query"]
     return cfg
 
 

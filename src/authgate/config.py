@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from ipaddress import IPv4Network, IPv6Network, ip_network
@@ -19,7 +21,14 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["AuthConfig", "ConfigError", "SenderFn", "ensure_secret_key", "write_once"]
+__all__ = [
+    "AuthConfig",
+    "ConfigError",
+    "SenderFn",
+    "ensure_private_dir",
+    "ensure_secret_key",
+    "write_once",
+]
 
 logger = logging.getLogger("authgate")
 
@@ -60,6 +69,8 @@ class AuthConfig(BaseSettings):
     #: Comma-separated IPs or CIDR networks of reverse proxies whose X-Forwarded-For is
     #: believed. Empty: the client IP is the socket peer, whatever headers say.
     trusted_proxies: str = ""
+    #: Per-IP rate limits count an IPv6 client as its /N network (one host holds a whole /64).
+    ipv6_rate_limit_prefix: int = Field(default=64, ge=1, le=128)
 
     access_ttl: int = Field(default=900, gt=0)
     refresh_ttl: int = Field(default=1_209_600, gt=0)
@@ -106,6 +117,21 @@ class AuthConfig(BaseSettings):
     hash_threads: int | None = Field(default=None, gt=0)
     #: Largest request body accepted, in bytes; larger bodies get 413 before parsing.
     max_body_bytes: int = Field(default=16_384, gt=0)
+    #: `/docs` (Swagger UI, its assets pinned with SRI, under a CSP). Unset: on for the
+    #: embedded development setup, off when DATABASE_URL is set. `/openapi.json` is always on.
+    docs: bool | None = None
+    # `authgate serve` only (uvicorn's HTTP server): limits against slow or idle clients.
+    #: Seconds a client has to send a whole request (line, headers and body), counted from
+    #: the connection's opening or the first byte of the next request on a kept-alive one.
+    read_timeout: float = Field(default=10.0, gt=0)
+    #: Seconds an idle kept-alive connection stays open between requests.
+    keep_alive_timeout: int = Field(default=5, gt=0)
+    #: Largest request line plus headers, in bytes; more gets 431 and the connection closes.
+    max_header_bytes: int = Field(default=32_768, ge=1024)
+    #: Connections (and requests in progress) per worker beyond which requests get 503.
+    max_connections: int = Field(default=1000, gt=0)
+    #: Seconds a stopping worker waits for requests in progress before closing them.
+    shutdown_timeout: int = Field(default=10, ge=0)
     #: Apply pending migrations when the application starts.
     auto_migrate: bool = True
     #: SQLAlchemy pool for PostgreSQL, per worker process.
@@ -224,12 +250,19 @@ class AuthConfig(BaseSettings):
         keys = [k.strip() for k in self.secret_key_previous.get_secret_value().split(",")]
         return [k.encode() for k in keys if k]
 
+    @property
+    def docs_enabled(self) -> bool:
+        return self.embedded if self.docs is None else self.docs
+
     def trusted_networks(self) -> tuple[IPv4Network | IPv6Network, ...]:
-        return tuple(
+        networks = (
             ip_network(part.strip(), strict=False)
             for part in self.trusted_proxies.split(",")
             if part.strip()
         )
+        # Client addresses are compared in IPv4 form (`::ffff:10.0.0.1` is 10.0.0.1), so an
+        # IPv4-mapped entry is taken as the IPv4 network it names.
+        return tuple(_unmapped(network) for network in networks)
 
     def describe(self) -> dict[str, Any]:
         """Settings safe to log: no secret, no password in a URL."""
@@ -249,12 +282,48 @@ class ConfigError(ValueError):
     """A configuration that authgate refuses to start with; the message says what to change."""
 
 
+_MAPPED_V4 = IPv6Network("::ffff:0:0/96")
+
+
+def _unmapped(network: IPv4Network | IPv6Network) -> IPv4Network | IPv6Network:
+    if isinstance(network, IPv6Network) and network.subnet_of(_MAPPED_V4):
+        mapped = network.network_address.ipv4_mapped
+        assert mapped is not None
+        return IPv4Network((mapped, network.prefixlen - 96))
+    return network
+
+
+# What may follow the userinfo's `@`: a host list and a path (neither with `@ ? # = & ;`),
+# a query, a fragment. Secrets can only be in the userinfo, the query values, the fragment.
+_AFTER_USERINFO = re.compile(
+    r"(?P<host>[^@/?#=&;\s]*)(?P<path>/[^@?#=;&]*)?(?:\?(?P<query>[^#]*))?(?:#.*)?"
+)
+
+
 def _redact_url(url: str) -> str:
+    """The URL less everything that can carry a credential: the userinfo, the value of every
+    query parameter and the fragment (`postgresql://***@db:5432/app?sslpassword=***`).
+
+    Passwords are often written unescaped, with `@ / ? #` in them, so where the userinfo ends
+    is not always decidable. Every `@` (and none) is tried; when more than one reading is a
+    valid URL the host itself might be part of a secret, and only the scheme is shown.
+    """
     scheme, sep, rest = url.partition("://")
     if not sep:
         return "<unparseable url>"
-    _creds, at, host = rest.rpartition("@")
-    return f"{scheme}://{'***@' if at else ''}{host}"
+    readings = []
+    for at in [-1, *(i for i, char in enumerate(rest) if char == "@")]:
+        match = _AFTER_USERINFO.fullmatch(rest, at + 1)
+        if match is not None:
+            readings.append((at >= 0, match))
+    if len(readings) != 1:
+        return f"{scheme}://***"
+    has_userinfo, match = readings[0]
+    out = f"{scheme}://{'***@' if has_userinfo else ''}{match['host']}{match['path'] or ''}"
+    if match["query"] is not None:
+        names = (part.partition("=") for part in re.split("[&;]", match["query"]))
+        out += "?" + "&".join(f"{name}=***" if eq else "***" for name, eq, _ in names)
+    return out
 
 
 def ensure_secret_key(config: AuthConfig) -> AuthConfig:
@@ -296,7 +365,7 @@ def write_once(path: Path, data: bytes, *, complete: Callable[[bytes], bool]) ->
     O_EXCL makes exactly one of several workers starting at once the writer; the others wait
     (bounded) until its file is `complete` and use that, so they all share one key.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(path.parent)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -311,3 +380,17 @@ def write_once(path: Path, data: bytes, *, complete: Callable[[bytes], bool]) ->
         fh.flush()
         os.fsync(fh.fileno())
     return data, True
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create the data directory with mode 0700, or take an existing one down to 0700.
+
+    It holds the embedded database and the generated keys: no other local user may list or
+    open them. A directory that was wider is fixed with a warning (authgate may be the only
+    program that uses it; anything else should not be in it).
+    """
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        os.chmod(path, 0o700)
+        logger.warning("data directory %s was mode %04o; now 0700", path, mode)

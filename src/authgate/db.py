@@ -16,6 +16,8 @@ import asyncio
 import contextlib
 import fcntl
 import logging
+import os
+import stat
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from authgate.config import AuthConfig
+from authgate.config import AuthConfig, ensure_private_dir
 
 __all__ = ["Database", "database_url", "upgrade_schema"]
 
@@ -48,7 +50,7 @@ MIGRATION_LOCK_KEY = 0x61757468_67617465 & 0x7FFFFFFFFFFFFFFF
 def database_url(config: AuthConfig) -> URL:
     """The SQLAlchemy URL for the configured database, with its async driver."""
     if config.database_url is None:
-        config.data_dir.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(config.data_dir)
         return URL.create("sqlite+aiosqlite", database=str(config.sqlite_path.resolve()))
     raw = config.database_url
     if raw.startswith("postgres://"):  # Heroku-style spelling
@@ -77,6 +79,8 @@ class Database:
         }
         if self.is_sqlite:
             engine_args["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
+            if self.url.database and self.url.database != ":memory:":
+                private_sqlite_files(Path(self.url.database))
         else:
             engine_args.update(
                 pool_size=config.db_pool_size,
@@ -141,6 +145,30 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+SQLITE_FILE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+
+
+def private_sqlite_files(db_file: Path) -> None:
+    """The SQLite database and its -wal, -shm and -journal files readable by their owner only.
+
+    A missing database file is created empty with mode 0600 before SQLite opens it: SQLite
+    gives the journal, WAL and shared-memory files it creates the database file's mode, so
+    they are 0600 too. Existing files that were wider are fixed, with a warning.
+    """
+    # A missing directory is SQLite's to report, with its own message.
+    with contextlib.suppress(FileExistsError, FileNotFoundError):
+        os.close(os.open(db_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    for suffix in SQLITE_FILE_SUFFIXES:
+        path = db_file.with_name(db_file.name + suffix)
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            continue
+        if mode & 0o077:
+            os.chmod(path, 0o600)
+            logger.warning("database file %s was mode %04o; now 0600", path, mode)
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:

@@ -21,10 +21,18 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["JsonFormatter", "RequestContext", "emit", "request_context"]
+__all__ = [
+    "AccessLogFilter",
+    "JsonFormatter",
+    "RequestContext",
+    "emit",
+    "redact_query",
+    "request_context",
+]
 
 logger = logging.getLogger("authgate.events")
 
@@ -84,3 +92,38 @@ class JsonFormatter(logging.Formatter):
             # Only the exception's type: messages of driver errors may quote SQL values.
             out["exception"] = record.exc_info[0].__name__
         return json.dumps(out, default=str)
+
+
+def redact_query(target: str) -> str:
+    """`target` (a request path) with every query value replaced by `***`, names kept.
+
+    `/reset-password?token=abc&next=/x` becomes `/reset-password?token=***&next=***`; a part
+    without `=` is all value (`?abc` becomes `?***`). The fragment, never sent by browsers,
+    goes the same way.
+    """
+    path, sep, query = target.partition("?")
+    if not sep:
+        path, sep, _fragment = target.partition("#")
+        return path + ("#***" if sep else "")
+    query = query.partition("#")[0]
+    parts = (part.partition("=") for part in re.split("[&;]", query))
+    return path + "?" + "&".join(f"{n}=***" if eq else ("***" if n else "") for n, eq, _ in parts)
+
+
+class AccessLogFilter(logging.Filter):
+    """On `uvicorn.access`: the request target of each record with its query values redacted.
+
+    uvicorn logs `"GET /reset-password?token=… HTTP/1.1" 200`: the link a reset mail carries,
+    token and all. Its records carry `(client, method, target, http version, status)` as
+    `args`; the target is rewritten before any handler formats it. A record of another shape
+    is redacted in every string argument with a `?` or `#`.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple):
+            record.args = tuple(
+                redact_query(arg) if isinstance(arg, str) and ("?" in arg or "#" in arg) else arg
+                for arg in args
+            )
+        return True

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Sequence
-from ipaddress import IPv4Network, IPv6Network, ip_address
+from http.cookies import _unquote
+from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,6 +25,9 @@ __all__ = [
     "access_token_from",
     "clear_auth_cookies",
     "client_address",
+    "cookie_pairs",
+    "normalise_ip",
+    "rate_limit_address",
     "require_csrf_header",
     "set_auth_cookies",
     "single_cookie",
@@ -107,16 +111,35 @@ def single_cookie(request: Request, name: str) -> str | None:
     """The cookie's value, or None when absent, empty or sent more than once.
 
     Two cookies of one name is what cookie tossing looks like (a sibling subdomain planting a
-    cookie with a narrower path): authgate then uses neither rather than guess.
+    cookie with a narrower path): authgate then uses neither rather than guess. The count and
+    the value come from one parser (`cookie_pairs`), so no spelling of a name (`name =v`,
+    `name\xa0=v`, a second Cookie header) can be counted as another cookie and read as this one.
     """
-    header = request.headers.get("cookie")
-    if header is None or _cookie_count(header, name) > 1:
+    pairs = cookie_pairs(request.headers.getlist("cookie"))
+    values = [value for key, value in pairs if key == name]
+    if len(values) != 1:
         return None
-    return request.cookies.get(name) or None
+    return values[0] or None
 
 
-def _cookie_count(header: str, name: str) -> int:
-    return sum(1 for part in header.split(";") if part.strip().partition("=")[0] == name)
+def cookie_pairs(headers: Sequence[str]) -> list[tuple[str, str]]:
+    """Every (name, value) of the Cookie headers, in order, duplicates kept.
+
+    Exactly Starlette's `cookie_parser` (what `request.cookies` holds), less the dict: split
+    on `;`, then on the first `=`, strip both sides (Python's `str.strip`, so U+00A0 and U+0085
+    go too), unquote the value; a chunk without `=` is a value with an empty name.
+    """
+    pairs: list[tuple[str, str]] = []
+    for header in headers:
+        for chunk in header.split(";"):
+            if "=" in chunk:
+                key, value = chunk.split("=", 1)
+            else:
+                key, value = "", chunk
+            key, value = key.strip(), value.strip()
+            if key or value:
+                pairs.append((key, _unquote(value)))
+    return pairs
 
 
 def require_csrf_header(request: Request) -> str:
@@ -145,28 +168,58 @@ def client_address(
     Walks the forwarding chain from the nearest hop outwards and stops at the first address
     that is not a trusted proxy: entries further left were written by the client itself and
     prove nothing. A peer that is not a trusted proxy is the client, whatever it sends.
+    The peer and every hop are normalised first (`normalise_ip`): an IPv4 client reaching a
+    dual-stack socket (`--host ::`) arrives as `::ffff:a.b.c.d` and must match IPv4 proxies
+    and share its IPv4 rate-limit bucket.
     """
     if peer is None:
         return "unknown"
+    peer = normalise_ip(peer) or peer
     if not trusted or not _is_trusted(peer, trusted):
         return peer
     hops = [h.strip() for value in forwarded_for for h in value.split(",") if h.strip()]
     client = peer
     for hop in reversed(hops):
-        if not _valid_ip(hop):
+        address = normalise_ip(hop)
+        if address is None:
             break
-        client = hop
-        if not _is_trusted(hop, trusted):
+        client = address
+        if not _is_trusted(address, trusted):
             break
     return client
 
 
-def _valid_ip(value: str) -> bool:
+def normalise_ip(value: str) -> str | None:
+    """The address in its canonical text form, an IPv4-mapped IPv6 address (`::ffff:1.2.3.4`)
+    as the IPv4 address it is; None when `value` is no IP address."""
     try:
-        ip_address(value)
+        address = ip_address(value)
     except ValueError:
-        return False
-    return True
+        return None
+    if isinstance(address, IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def rate_limit_address(ip: str, v6_prefix: int) -> str:
+    """The key a per-IP rate limit counts `ip` under.
+
+    An IPv4 address is itself. An IPv6 address counts as its /`v6_prefix` network (default
+    /64, the smallest block a site is given): one host holds a whole /64 and could otherwise
+    take a fresh bucket for every request. Anything that is not an address ("unknown") is
+    returned as it is. The full address still goes into events.
+    """
+    try:
+        address = ip_address(ip)
+    except ValueError:
+        return ip
+    if isinstance(address, IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        host_bits = 128 - v6_prefix
+        network = (int(address) >> host_bits) << host_bits
+        return str(IPv6Network((network, v6_prefix)))
+    return str(address)
 
 
 def _is_trusted(address: str, trusted: Sequence[IPv4Network | IPv6Network]) -> bool:
