@@ -198,6 +198,13 @@ CASES: list[Case] = [
     Case("very long email", with_field("email", "a" * 5_000 + "@example.com"), kind="email"),
     Case("very long domain", with_field("email", "a@" + "b" * 300 + ".com"), kind="email"),
     Case("empty email", with_field("email", ""), kind="email"),
+    # NFKC makes each U+FDFA 18 characters: once a 372-character key, a 500 on PostgreSQL
+    # (issue 10, F11); now refused as a new address (compatibility characters).
+    Case(
+        "email NFKC-expanding past the column",
+        with_field("email", "\ufdfa" * 20 + "@example.com"),
+        kind="email",
+    ),
     Case(
         "password lone surrogates",
         with_raw_field("password", '"' + "\\ud800" * 10 + '"'),

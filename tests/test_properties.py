@@ -1,5 +1,7 @@
 """Property tests (Hypothesis) of the two pieces of text handling everything else rests on: the
-email key accounts are unique by, and the password rules (interface.md §8, contract.md §4).
+email key accounts are unique by (one key exactly for one mailbox under the documented rule,
+never wider than its column: issue 10, F11 and F12), and the password rules (interface.md §8,
+contract.md §4).
 Plus two HTTP properties on both backends: an NFKC-equivalent password logs in, and no
 password text makes registration answer anything but 201/409/422.
 
@@ -16,15 +18,23 @@ import itertools
 import json
 import string
 import unicodedata
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import httpx
+import pytest
+from email_validator import validate_email
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from authgate import create_app
-from authgate.emails import EmailProblem, canonical_email, email_key, login_key
+from authgate.emails import (
+    MAX_EMAIL_LENGTH,
+    EmailProblem,
+    canonical_email,
+    email_key,
+    login_key,
+)
 from authgate.passwords import (
     MAX_PASSWORD_BYTES,
     MIN_PASSWORD_CHARS,
@@ -68,10 +78,21 @@ def fullwidth(char: str) -> str:
     return chr(ord(char) + 0xFEE0) if char.isascii() and char.isalnum() else char
 
 
+def case_round_trips(char: str) -> bool:
+    """Upper-casing `char` and lower-casing it again gives its lower case back (not so for
+    `ß` -> `SS` -> `ss`, or the final sigma, whose upper case lower-cases to the other sigma)."""
+    return char.upper().lower() == char.lower()
+
+
 @st.composite
 def mixed_case(draw: st.DrawFn, text: str) -> str:
+    """`text` with some letters upper-cased and others lower-cased; only letters whose case
+    round-trips are flipped, so the result is the same text under `str.lower()`."""
     flips = draw(st.lists(st.booleans(), min_size=len(text), max_size=len(text)))
-    return "".join(c.upper() if flip else c.lower() for c, flip in zip(text, flips, strict=True))
+    return "".join(
+        (c.upper() if flip else c.lower()) if case_round_trips(c) else c
+        for c, flip in zip(text, flips, strict=True)
+    )
 
 
 @st.composite
@@ -85,41 +106,195 @@ def nfkc_variant(draw: st.DrawFn, text: str) -> str:
     return out
 
 
+#: Edits that turn an address into a look-alike: another case (including the ones that do not
+#: round-trip), a compatibility form, `ß` <-> `ss`, `s` -> long s, `i` <-> dotted/dotless i.
+LOOK_ALIKE_EDITS: tuple[Callable[[str], str], ...] = (
+    str.upper,
+    str.lower,
+    str.swapcase,
+    fullwidth,
+    # long s, dotless i, dotted capital I, the two sigmas
+    lambda c: {
+        "ß": "ss",
+        "s": "\u017f",
+        "S": "\u017f",
+        "i": "\u0131",
+        "I": "\u0130",
+        "\u03c2": "\u03c3",
+        "\u03c3": "\u03c2",
+    }.get(c, c),
+    lambda c: {"s": "ß", "K": "\u212a", "e": "\u0435"}.get(c, c),  # Kelvin sign, Cyrillic e
+)
+
+
+@st.composite
+def look_alike(draw: st.DrawFn, address: str) -> str:
+    """`address` with some characters edited by LOOK_ALIKE_EDITS, maybe decomposed (NFD),
+    maybe with its domain in ASCII (punycode) form: often the same mailbox, often not."""
+    edits = draw(
+        st.lists(
+            st.one_of(st.none(), st.sampled_from(LOOK_ALIKE_EDITS)),
+            min_size=len(address),
+            max_size=len(address),
+        )
+    )
+    local, domain = address.rsplit("@", 1)
+    out = "".join(c if edit is None else edit(c) for c, edit in zip(local, edits, strict=False))
+    if draw(st.booleans()):
+        domain = "".join(
+            c if edit is None else edit(c)
+            for c, edit in zip(domain, edits[len(local) :], strict=False)
+        )
+    elif draw(st.booleans()):
+        domain = validate_email(address, check_deliverability=False).ascii_domain
+    out = f"{out}@{domain}"
+    if draw(st.booleans()):
+        out = unicodedata.normalize("NFD", out)
+    return out
+
+
+def normalised(address: str) -> str:
+    """The address as email-validator normalises it: the input of the documented key rule."""
+    return validate_email(address, check_deliverability=False).normalized
+
+
+def same_mailbox(a: str, b: str) -> bool:
+    """The documented rule: one account exactly when the normalised addresses are equal after
+    `str.lower()` (the domain compared as IDNA, which the normalised form already is)."""
+    return normalised(a).lower() == normalised(b).lower()
+
+
 def key_of(address: str) -> str:
     return canonical_email(address)[1]
 
 
 @UNIT
 @given(ADDRESSES)
-def test_generated_addresses_are_valid_and_keys_are_idempotent(address: str) -> None:
+def test_generated_addresses_are_valid_and_keys_are_stable(address: str) -> None:
     note(f"address={address!r}")
     stored, key = canonical_email(address)
     assert key == email_key(stored)
-    assert email_key(key) == key
     assert key_of(stored) == key, "re-validating the stored address gives the same key"
     assert key_of(key) == key, "the key is itself an address with the same key"
     assert login_key(address) == key
+    local, domain = key.rsplit("@", 1)
+    assert domain.isascii(), "the key's domain is the IDNA (ASCII) form"
+    assert domain == domain.lower()
+    assert local == local.lower()
 
 
 @UNIT
 @given(st.data(), ADDRESSES)
-def test_keys_are_case_insensitive(data: st.DataObject, address: str) -> None:
+def test_keys_ignore_case_by_str_lower(data: st.DataObject, address: str) -> None:
     note(f"address={address!r}")
     key = key_of(address)
-    assert key_of(address.upper()) == key
     assert key_of(address.lower()) == key
     assert key_of(data.draw(mixed_case(address))) == key
-    assert login_key(address.swapcase()) == key
+    assert login_key(address.swapcase()) == email_key(address.swapcase())
+    if all(case_round_trips(c) for c in address):
+        assert key_of(address.upper()) == key
+        assert login_key(address.swapcase()) == key
 
 
 @UNIT
 @given(st.data(), ADDRESSES)
-def test_keys_are_stable_under_nfkc_variants(data: st.DataObject, address: str) -> None:
-    note(f"address={address!r}")
+def test_two_addresses_share_a_key_only_when_they_are_one_mailbox(
+    data: st.DataObject, address: str
+) -> None:
+    """The property F12 is about: key(a) == key(b) exactly when a and b, normalised by
+    email-validator, are equal after `str.lower()`; a look-alike never takes an account."""
+    other = data.draw(look_alike(address))
+    note(f"address={address!r} other={other!r}")
+    other_key = login_key(other)
+    if other_key is None:  # the edit made it invalid (a long s in a domain, say)
+        return
+    assert (other_key == key_of(address)) == same_mailbox(address, other)
+
+
+@UNIT
+@given(st.data(), ADDRESSES)
+def test_new_addresses_with_compatibility_characters_are_refused(
+    data: st.DataObject, address: str
+) -> None:
+    """A new address must be its own NFKC form (after NFC normalisation); login still finds
+    such an address's key, for accounts registered before the rule."""
     variant = data.draw(nfkc_variant(address))
-    assert unicodedata.normalize("NFKC", variant) == unicodedata.normalize("NFKC", address)
-    assert key_of(variant) == key_of(address)
-    assert login_key(variant) == login_key(address)
+    note(f"address={address!r} variant={variant!r}")
+    stored = normalised(variant)
+    if unicodedata.normalize("NFKC", stored) == stored:
+        # Fullwidth letters only in the domain (IDNA maps them) or only decomposed (NFD):
+        # the same address.
+        assert key_of(variant) == key_of(address)
+    else:
+        with pytest.raises(EmailProblem, match="compatibility characters"):
+            canonical_email(variant)
+        assert login_key(variant) == email_key(variant) != key_of(address)
+
+
+def test_the_reported_look_alikes() -> None:
+    """issue 10, F12: `sam@` with a fullwidth or a long s took `sam@`, `victim@straße.de` took
+    `victim@strasse.de` (another registrable domain)."""
+    sam = key_of("sam@example.com")
+    assert key_of("SAM@example.com") == key_of("Sam@EXAMPLE.com") == sam
+    for look_alike_sam in ("\uff53am@example.com", "\u017fam@example.com"):
+        with pytest.raises(EmailProblem):
+            canonical_email(look_alike_sam)
+        assert login_key(look_alike_sam) not in (None, sam)
+    assert key_of("victim@straße.de") == "victim@xn--strae-oqa.de"
+    assert key_of("victim@strasse.de") == "victim@strasse.de"
+    assert key_of("VICTIM@STRASSE.DE") == "victim@strasse.de"
+    assert key_of("victim@xn--strae-oqa.de") == key_of("victim@STRAßE.de")
+    assert key_of("straße@example.com") != key_of("strasse@example.com")  # ß is not ss
+
+
+# --- the key fits its column (F11) ------------------------------------------------------------
+
+#: Characters that grow under the key's steps: `İ` lower-cases to two characters, `ﷺ` (NFKC: 18
+#: characters) and the fullwidth letters are refused as new addresses but keyed at login,
+#: IDN labels grow into punycode.
+WIDE_LOCAL = st.text(
+    st.sampled_from(string.ascii_letters + "İßæ文😀ﷺ\uff41\u017f"), min_size=1, max_size=90
+)
+WIDE_LABEL = st.text(st.sampled_from(string.ascii_lowercase + "äöüß文😀"), min_size=1, max_size=63)
+WIDE_DOMAIN = st.builds(
+    lambda labels: ".".join([*labels, "com"]), st.lists(WIDE_LABEL, min_size=1, max_size=6)
+)
+
+
+@UNIT
+@given(st.builds(lambda local, domain: f"{local}@{domain}", WIDE_LOCAL, WIDE_DOMAIN))
+def test_no_key_is_wider_than_its_column(address: str) -> None:
+    note(f"address={address!r}")
+    key = login_key(address)
+    if key is not None:
+        assert len(key) <= MAX_EMAIL_LENGTH
+    try:
+        stored, key = canonical_email(address)
+    except EmailProblem:
+        return
+    assert len(stored) <= MAX_EMAIL_LENGTH
+    assert len(key) <= MAX_EMAIL_LENGTH
+
+
+def test_lower_case_never_has_more_characters_than_utf8_bytes() -> None:
+    """Why no key can be wider than 320: email-validator caps the address (local part and
+    IDNA domain) at 254 UTF-8 bytes, and, checked here for every code point, no character's
+    `str.lower()` has more characters than the character has UTF-8 bytes."""
+    for code in range(0x110000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        char = chr(code)
+        assert len(char.lower()) <= len(char.encode("utf-8")), hex(code)
+
+
+def test_the_reported_overflow() -> None:
+    """issue 10, F11: NFKC made this a 372-character key for a 320-character column."""
+    address = "\ufdfa" * 20 + "@example.com"
+    with pytest.raises(EmailProblem):
+        canonical_email(address)
+    key = login_key(address)
+    assert key is not None
+    assert len(key) <= MAX_EMAIL_LENGTH
 
 
 @UNIT
@@ -135,12 +310,23 @@ def test_arbitrary_text_is_an_address_or_an_email_problem(text: str) -> None:
     try:
         stored, key = canonical_email(text)
     except EmailProblem:
-        assert login_key(text) is None
+        assert_refused_as_new(text)
         return
     for char in LINE_BREAKS_AND_NUL:
         assert char not in stored
         assert char not in key
     assert login_key(text) == key
+
+
+def assert_refused_as_new(text: str) -> None:
+    """`text` was refused as a new address: it is no address at all (no login key either), or
+    a valid one with compatibility characters (keyed at login, free of line breaks)."""
+    key = login_key(text)
+    if key is None:
+        return
+    stored = normalised(text)
+    assert unicodedata.normalize("NFKC", stored) != stored
+    assert not any(c in key for c in LINE_BREAKS_AND_NUL)
 
 
 @UNIT
@@ -161,7 +347,7 @@ def test_no_key_carries_a_line_break_or_nul(address: str, char: str, position: i
     try:
         stored, key = canonical_email(tampered)
     except EmailProblem:
-        assert login_key(tampered) is None
+        assert_refused_as_new(tampered)
         return
     assert char not in stored
     assert char not in key
