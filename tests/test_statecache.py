@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
+import subprocess
+import sys
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -14,17 +20,28 @@ from fastapi import FastAPI
 from authgate import create_app
 from authgate.app import AuthGate
 from authgate.models import User
-from authgate.statecache import SUBSCRIBER_NAME, LocalState, StateCache
-from authgate.stores import UserStore
+from authgate.statecache import (
+    LEASE,
+    SUBSCRIBER_NAME,
+    SWEEP_LEASE,
+    LocalState,
+    StateCache,
+    _Invalidations,
+)
+from authgate.stores import SessionStore, UserStore
 from tests.conftest import (
     REDIS_URL,
     Backend,
     FakeClock,
+    PgTemplate,
     bearer,
+    clean_env,
     delete_redis_prefix,
     login,
     make_config,
+    postgres_backend,
     register,
+    require_backend,
     running,
 )
 
@@ -232,7 +249,7 @@ async def test_a_receiver_that_never_confirms_delays_a_revocation_only_boundedly
     silent = client.pubsub()
     cache = StateCache(client, prefix=prefix, ack_timeout=0.2)
     try:
-        await silent.subscribe(f"{prefix}invalidate")  # receives, never acknowledges
+        await silent.subscribe(cache.channel)  # receives, never acknowledges
         with caplog.at_level(logging.WARNING, logger="authgate"):
             await cache.revoke(["a" * 32])
         assert "1 of 1 worker(s) did not confirm" in caplog.text
@@ -280,7 +297,7 @@ def test_local_state_answers_only_within_its_lease() -> None:
     assert hit is not None
     assert hit[0].password_hash == ""  # the copy never holds the hash
     assert local.get("s" * 32, 8) is None  # another user's token for that session id
-    t.t += 1.6  # the subscription went quiet (pings every 0.5 s)
+    t.t += 1.6  # the subscription went quiet
     assert local.get("s" * 32, 7) is None
     local.heard()
     assert local.get("s" * 32, 7) is not None
@@ -309,3 +326,443 @@ def test_local_state_is_bounded() -> None:
         local.put(local.generation, f"{i:032d}", _user(i), None)
     assert local.get(f"{0:032d}", 0) is None
     assert local.get(f"{4:032d}", 4) is not None
+
+
+# --- durable invalidation: retries and the database sweep (F3) ---------------------------
+
+
+class _Forwarder:
+    """A real TCP forwarder on loopback to Redis: shut it and the app behind it loses Redis
+    (connections aborted, new ones refused); reopen it on the same port and Redis is back.
+
+    With `lag`, every byte Redis sends on a *subscription* connection (one that sent
+    SUBSCRIBE) reaches the client `lag` seconds late, in order: a lagging subscription."""
+
+    def __init__(self, lag: float = 0.0) -> None:
+        host_port = REDIS_URL.split("://", 1)[1].split("/", 1)[0]
+        host, _, port = host_port.rpartition(":")
+        self.target = (host or "127.0.0.1", int(port or 6379))
+        self.lag = lag
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    async def open(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def shut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers.update((writer, up_writer))
+        subscribed = False
+        loop = asyncio.get_running_loop()
+
+        async def upstream() -> None:
+            nonlocal subscribed
+            try:
+                while data := await reader.read(65536):
+                    subscribed = subscribed or b"SUBSCRIBE" in data.upper()
+                    up_writer.write(data)
+                    await up_writer.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                up_writer.transport.abort()
+
+        async def downstream() -> None:
+            try:
+                while data := await up_reader.read(65536):
+                    if subscribed and self.lag:
+                        loop.call_later(self.lag, _write_if_open, writer, data)
+                    else:
+                        writer.write(data)
+                        await writer.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                loop.call_later(self.lag if subscribed else 0, writer.transport.abort)
+
+        await asyncio.gather(upstream(), downstream())
+        self._writers.discard(writer)
+        self._writers.discard(up_writer)
+
+
+def _write_if_open(writer: asyncio.StreamWriter, data: bytes) -> None:
+    if not writer.transport.is_closing():
+        writer.write(data)
+
+
+async def _until_status(
+    client: httpx.AsyncClient, headers: dict[str, str], status: int, tries: int = 100
+) -> int:
+    """GET /me until it answers `status`, at most `tries` times 0.1 s apart; the tries used."""
+    last = None
+    for attempt in range(1, tries + 1):
+        last = (await client.get("/auth/me", headers=headers)).status_code
+        if last == status:
+            return attempt
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"GET /me never answered {status} in {tries} tries (last {last})")
+
+
+async def test_logout_that_cannot_reach_redis_still_reaches_other_workers(
+    pg_backend: Backend, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker cut off from Redis revokes: the other worker's warm copy and the Redis entry
+    it fills from are corrected by its database sweep within SWEEP_LEASE, and the cut-off
+    worker's retry queue re-sends the tombstone once Redis is back."""
+    forwarder = _Forwarder()
+    await forwarder.open()
+    prefix = pg_backend.settings["cache_prefix"]
+    gate_a, app_a = _app(pg_backend, clock, cache_url=forwarder.url)
+    gate_b, app_b = _app(pg_backend, clock)
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        async with running(app_a) as a, running(app_b) as b:
+            await _wait_live(gate_a)
+            tokens, auth, sid, uid, local_b = await _warm(gate_b, b, clock)
+            assert await admin.get(f"{prefix}session:{sid}") != b"revoked"  # a live entry
+
+            await forwarder.shut()  # A loses Redis; B keeps it
+            with caplog.at_level(logging.ERROR, logger="authgate"):
+                out = await a.post("/auth/logout", json={"refresh_token": tokens["refresh_token"]})
+            assert out.status_code == 200
+            assert "could not record 1 revocation(s)" in caplog.text
+            cache_a = gate_a.services.state_cache
+            assert cache_a is not None
+            assert cache_a.pending == 1
+
+            # B heard nothing over Redis, but finds the revocation in the database.
+            tries = await _until_status(b, auth, 401, tries=100)
+            assert tries * 0.1 < 10  # bounded polling, not a timing claim
+            assert local_b.get(sid, uid) is None
+            assert await admin.get(f"{prefix}session:{sid}") == b"revoked"
+            # A worker that reads Redis is refused too (the entry was overwritten).
+            _gate_c, app_c = _app(pg_backend, clock)
+            async with running(app_c) as c:
+                assert (await c.get("/auth/me", headers=auth)).status_code == 401
+
+            # Nothing changed since: B's sweeps drop nothing more (no work when idle).
+            cache_b = gate_b.services.state_cache
+            assert cache_b is not None
+            generation = local_b.generation
+            assert await cache_b.maintain_once()
+            assert await cache_b.maintain_once()
+            assert local_b.generation == generation
+
+            # Redis comes back for A: its retry queue empties.
+            await forwarder.open()
+            for _ in range(100):
+                if cache_a.pending == 0:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("A's retry queue never emptied")
+            assert (await a.get("/auth/me", headers=auth)).status_code == 401
+    finally:
+        await forwarder.shut()
+        await admin.aclose()
+
+
+async def test_failed_invalidation_is_retried_until_redis_takes_it(
+    pg_backend: Backend,
+) -> None:
+    """The retry queue on its own (no database sweep): the tombstone is written and the
+    revocation published to the other workers once Redis is reachable again."""
+    prefix = pg_backend.settings["cache_prefix"]
+    forwarder = _Forwarder()
+    await forwarder.open()
+    client = aioredis.Redis.from_url(forwarder.url)
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    cache = StateCache(client, prefix=prefix, op_timeout=0.5)
+    listener = admin.pubsub()
+    sid = "c" * 32
+    try:
+        await listener.subscribe(cache.channel)
+        await cache.start()
+        await forwarder.shut()
+        await cache.revoke([sid])
+        await cache.forget_user(5)
+        assert cache.pending == 2
+        # Meanwhile this worker answers the session as revoked without asking Redis.
+        state = await cache.get(sid, 5)
+        assert state is not None
+        assert state.revoked
+
+        await forwarder.open()
+        for _ in range(100):
+            if await admin.get(f"{prefix}session:{sid}") == b"revoked":
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the tombstone was never written")
+        heard: list[bytes] = []
+        for _ in range(100):
+            message = await listener.get_message(ignore_subscribe_messages=True, timeout=0.1)
+            if message is not None:
+                heard.append(message["data"])
+            if any(sid.encode() in m for m in heard) and any(m.startswith(b"u ") for m in heard):
+                break
+        else:
+            raise AssertionError(f"the revocation was never published: {heard}")
+        assert cache.pending == 0
+    finally:
+        await cache.stop()
+        await listener.aclose()
+        await forwarder.shut()
+        await client.aclose()
+        await admin.aclose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def redis_backend(
+    request: pytest.FixtureRequest, tmp_path: Path, pg_template: PgTemplate
+) -> AsyncIterator[Backend]:
+    """Either database, always with Redis (a state cache needs it): a SQLite file named by
+    DATABASE_URL, or PostgreSQL."""
+    if request.param == "postgres":
+        async with postgres_backend(tmp_path / "data", pg_template) as pg:
+            yield pg
+        return
+    require_backend()
+    prefix = f"authgate-test-{secrets.token_hex(6)}:"
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    try:
+        yield Backend(
+            "sqlite",
+            data_dir,
+            {
+                "database_url": f"sqlite:///{data_dir / 'shared.db'}",
+                "cache_url": REDIS_URL,
+                "cache_prefix": prefix,
+            },
+        )
+    finally:
+        await delete_redis_prefix(prefix)
+
+
+@pytest.mark.subprocess
+async def test_operator_deactivation_without_a_cache_reaches_a_warm_copy(
+    redis_backend: Backend, clock: FakeClock
+) -> None:
+    """`authgate users deactivate` run with DATABASE_URL but no CACHE_URL: it warns, and a
+    worker whose copy holds the session refuses it within its sweep bound."""
+    gate, app = _app(redis_backend, clock)
+    cache = gate.services.state_cache
+    assert cache is not None
+    async with running(app) as client:
+        _tokens, auth, sid, uid, local = await _warm(gate, client, clock)
+        # The registration itself is a user change the sweeps pass on: let it settle, then
+        # warm the copy again, so that only the deactivation can take the session out of it.
+        assert await cache.maintain_once()
+        assert (await client.get("/auth/me", headers=auth)).status_code == 200
+        assert local.get(sid, uid) is not None
+        env = clean_env(
+            {
+                "AUTHGATE_DATA_DIR": str(redis_backend.data_dir),
+                "DATABASE_URL": redis_backend.settings["database_url"],
+            }
+        )
+        result = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "authgate", "users", "deactivate", "ann@example.com"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "deactivated" in result.stdout
+        assert "warning: CACHE_URL is not set" in result.stderr
+        assert f"within {SWEEP_LEASE:.0f} s" in result.stderr
+
+        await _until_status(client, auth, 401, tries=100)
+        # The sweep also overwrote what Redis held (a worker reading Redis would refill from
+        # it); polled, since the 401 may have come from the database before that sweep.
+        admin = aioredis.Redis.from_url(REDIS_URL)
+        try:
+            prefix = redis_backend.settings["cache_prefix"]
+            for _ in range(100):
+                if await admin.get(f"{prefix}session:{sid}") == b"revoked":
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the Redis entry was never overwritten")
+            assert await admin.get(f"{prefix}user:{uid}") is None
+        finally:
+            await admin.aclose()
+        assert local.get(sid, uid) is None
+
+
+async def test_copy_is_not_trusted_after_a_resubscribe_until_the_replay_completed(
+    pg_backend: Backend, clock: FakeClock
+) -> None:
+    """A revocation committed while the subscription was down (and never published) is
+    replayed from the database before the copy is used again."""
+    gate, app = _app(pg_backend, clock)
+    cache = gate.services.state_cache
+    assert cache is not None
+    changes = cache._changes
+    assert changes is not None
+    held = asyncio.Event()
+    release = asyncio.Event()
+    real_since = changes.since
+
+    async def gated_since(since: datetime) -> Any:
+        if not release.is_set():
+            held.set()
+            await release.wait()
+        return await real_since(since)
+
+    async with running(app) as client:
+        _tokens, auth, sid, _uid, local = await _warm(gate, client, clock)
+        admin = aioredis.Redis.from_url(REDIS_URL)
+        try:
+            changes.since = gated_since  # type: ignore[method-assign]
+            # The session is revoked in the database only (as by a worker without Redis).
+            async with gate.services.db.write() as s:
+                assert await SessionStore(s).revoke(sid, clock(), "logout")
+            for cid in [
+                c["id"] for c in await admin.client_list() if c.get("name") == SUBSCRIBER_NAME
+            ]:
+                await admin.client_kill_filter(_id=cid)
+            async with asyncio.timeout(10):
+                await held.wait()  # a sweep is under way, the subscription may be back
+            for _ in range(20):
+                assert not local.live
+                await asyncio.sleep(0.05)
+            release.set()
+            await _wait_live(gate)
+            assert (await client.get("/auth/me", headers=auth)).status_code == 401
+        finally:
+            release.set()
+            await admin.aclose()
+
+
+# --- liveness from round trips (F4) ------------------------------------------------------
+
+
+def _resp(*parts: str) -> bytes:
+    """A RESP2 array of bulk strings, as Redis sends on a subscription."""
+    out = [f"*{len(parts)}\r\n".encode()]
+    for part in parts:
+        data = part.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+async def test_only_a_pong_for_a_recent_ping_keeps_the_copy_live() -> None:
+    t = _Monotonic()
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        cache = StateCache(client, prefix="liveness-test:", local_clock=t)
+        local = cache.local
+        protocol = _Invalidations(cache._on_message, cache._on_lost)
+        local.reset(live=True)
+        local.put(local.generation, "s" * 32, _user(), None)
+        assert local.get("s" * 32, 7) is not None
+        t.t += LEASE + 0.25
+        # A lagging stream: bytes keep arriving, but they are old (a message, and the pong
+        # for a ping sent a second ago).
+        protocol.data_received(_resp("message", cache.channel, "u - 99"))
+        protocol.data_received(_resp("pong", f"authgate-ping:{t.t - 1.0:.6f}"))
+        assert not local.live
+        assert local.get("s" * 32, 7) is None
+        # A pong for a ping sent just now proves the subscription current again.
+        protocol.data_received(_resp("pong", f"authgate-ping:{t.t - 0.1:.6f}"))
+        assert local.live
+        # Garbage or a future send time proves nothing.
+        t.t += LEASE
+        protocol.data_received(_resp("pong", "authgate-ping:not-a-number"))
+        protocol.data_received(_resp("pong", f"authgate-ping:{t.t + 100:.6f}"))
+        protocol.data_received(_resp("pong", ""))
+        assert not local.live
+    finally:
+        await client.aclose()
+    assert StateCache(client, prefix="x:")._ack_timeout > LEASE  # the lease ends first
+
+
+async def test_a_lagging_subscription_does_not_keep_a_copy_live(
+    pg_backend: Backend, clock: FakeClock
+) -> None:
+    """Worker A's subscription delivers everything 3 s late (pongs included): A must not
+    serve from its copy, so a logout on B is refused on A as soon as it answers."""
+    forwarder = _Forwarder(lag=3.0)
+    await forwarder.open()
+    _gate_a, app_a = _app(pg_backend, clock, cache_url=forwarder.url)
+    gate_b, app_b = _app(pg_backend, clock)
+    try:
+        async with running(app_a) as a, running(app_b) as b:
+            await _wait_live(gate_b)
+            await register(b)
+            tokens = await login(b)
+            b.cookies.clear()
+            auth = bearer(tokens["access_token"])
+            await asyncio.sleep(4.0)  # setup: the lagging stream is flowing by now
+            assert (await a.get("/auth/me", headers=auth)).status_code == 200
+            assert (await a.get("/auth/me", headers=auth)).status_code == 200
+            out = await b.post("/auth/logout", json={"refresh_token": tokens["refresh_token"]})
+            assert out.status_code == 200
+            assert (await a.get("/auth/me", headers=auth)).status_code == 401
+    finally:
+        await forwarder.shut()
+
+
+# --- one channel per Redis database (I6) ------------------------------------------------
+
+
+async def test_deployments_on_different_redis_databases_do_not_hear_each_other(
+    pg_backend: Backend,
+) -> None:
+    prefix = pg_backend.settings["cache_prefix"]
+    base = REDIS_URL.rsplit("/", 1)[0]
+    client0 = aioredis.Redis.from_url(f"{base}/0")
+    client1 = aioredis.Redis.from_url(f"{base}/1")
+    cache0 = StateCache(client0, prefix=prefix)
+    cache1 = StateCache(client1, prefix=prefix)
+    assert cache0.channel != cache1.channel
+    sid = "d" * 32
+    try:
+        await cache0.start()
+        await cache1.start()
+        for _ in range(200):
+            if cache0.local.live and cache1.local.live:
+                break
+            await asyncio.sleep(0.025)
+        else:
+            raise AssertionError("the subscriptions did not come up within 5 s")
+        for cache in (cache0, cache1):
+            cache.local.put(cache.local.generation, sid, _user(), None)
+            assert cache.local.get(sid, 7) is not None
+        await cache0.revoke([sid])
+        assert cache0.local.get(sid, 7) is None
+        assert cache1.local.get(sid, 7) is not None  # another deployment's session
+        assert await client0.get(f"{prefix}session:{sid}") == b"revoked"
+        assert await client1.get(f"{prefix}session:{sid}") is None
+    finally:
+        await cache0.stop()
+        await cache1.stop()
+        for client in (client0, client1):
+            keys = [k async for k in client.scan_iter(match=prefix + "*", count=500)]
+            if keys:
+                await client.delete(*keys)
+            await client.aclose()

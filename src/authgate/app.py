@@ -41,7 +41,8 @@ from authgate.ratelimit import Limits, RateLimiter
 from authgate.routes import auth_router, health_router
 from authgate.service import Background, Clock, Services, utcnow
 from authgate.sessions import SessionService
-from authgate.statecache import StateCache
+from authgate.statecache import SWEEP_MARGIN, StateCache
+from authgate.sweep import DatabaseChanges
 from authgate.tokens import Keys
 from authgate.transport import client_address
 
@@ -92,9 +93,10 @@ class AuthGate:
         cfg = self.config
         common_passwords()  # load the blocklist now, not during the first registration
         self.cache: Cache = open_cache(cfg.cache_url, prefix=cfg.cache_prefix)
+        db = Database(cfg)
         self.services = Services(
             config=cfg,
-            db=Database(cfg),
+            db=db,
             keys=Keys(
                 cfg.secret(),
                 issuer=cfg.jwt_issuer,
@@ -122,6 +124,10 @@ class AuthGate:
                     self.cache.client,
                     prefix=cfg.cache_prefix,
                     tombstone_ttl=cfg.access_ttl + 60,
+                    # Swept from the database (revocations that never reached Redis); the
+                    # margin covers a write's pool wait and statement (db_timeout each).
+                    changes=DatabaseChanges(db, clock),
+                    sweep_margin=max(SWEEP_MARGIN, 3 * cfg.db_timeout),
                 )
                 if isinstance(self.cache, RedisCache)
                 else None

@@ -227,13 +227,24 @@ def users_create(email: str, superuser: bool, verified: bool, password_stdin: bo
 
 def _set_active(email: str, active: bool) -> None:
     async def work(gate: Any) -> Any:
-        return await gate.accounts.set_active(email, active)
+        return await gate.accounts.set_active(email, active), gate.config
 
-    user = _run(work)
+    user, config = _run(work)
     if user is None:
         raise click.ClickException(f"no user with email {email}")
     state = "activated" if active else "deactivated (all sessions revoked)"
     click.echo(f"user {user.id} <{user.email}> {state}")
+    if config.cache_url is None and config.database_url is not None:
+        from authgate.statecache import SWEEP_INTERVAL, SWEEP_LEASE
+
+        # Workers with a cache were not told; they find the change in the database.
+        click.echo(
+            "warning: CACHE_URL is not set, so workers that use a cache were not told of this "
+            f"change: each applies it from the database within {SWEEP_LEASE:.0f} s (they sweep "
+            f"every {SWEEP_INTERVAL:.0f} s). Set CACHE_URL here to apply it before this "
+            "command returns.",
+            err=True,
+        )
 
 
 @users.command("deactivate")
