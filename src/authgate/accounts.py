@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -12,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from authgate import events
 from authgate.emails import canonical_email, login_key
 from authgate.errors import EmailTaken, InvalidOneTimeToken, NotConfigured
+from authgate.limitstore import purge_counters
 from authgate.mail import MailSender, Purpose
 from authgate.models import User
 from authgate.service import Services
@@ -28,11 +30,12 @@ class PurgeResult:
     sessions: int = 0
     refresh_tokens: int = 0
     one_time_tokens: int = 0
+    rate_limit_counters: int = 0
     batches: int = 0
 
     @property
     def total(self) -> int:
-        return self.sessions + self.refresh_tokens + self.one_time_tokens
+        return self.sessions + self.refresh_tokens + self.one_time_tokens + self.rate_limit_counters
 
 
 class AccountService:
@@ -202,6 +205,9 @@ class AccountService:
         result.sessions = await self._drain(sessions, "", result)
         result.refresh_tokens = await self._drain(refresh_tokens, 0, result)
         result.one_time_tokens = await self._drain(one_time_tokens, 0, result)
+        result.rate_limit_counters = await self._drain(
+            functools.partial(purge_counters, now=now, batch_size=batch_size), "", result
+        )
         return result
 
     async def _drain(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -19,7 +20,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse
-from limits.aio.strategies import MovingWindowRateLimiter
 from limits.errors import StorageError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -35,6 +35,7 @@ from authgate.config import AuthConfig, ensure_secret_key
 from authgate.db import Database, upgrade_schema
 from authgate.errors import AuthError, PayloadTooLarge, ServiceUnavailable
 from authgate.jwks import load_signing_keys
+from authgate.limitstore import CounterStore, RedisCounters, SqlCounters
 from authgate.mail import make_senders
 from authgate.passwords import PasswordHashing, common_passwords
 from authgate.ratelimit import Limits, RateLimiter
@@ -44,7 +45,7 @@ from authgate.sessions import SessionService
 from authgate.statecache import SWEEP_MARGIN, StateCache
 from authgate.sweep import DatabaseChanges
 from authgate.tokens import Keys
-from authgate.transport import client_address
+from authgate.transport import client_address, rate_limit_address
 
 __all__ = ["AuthGate", "create_app"]
 
@@ -92,7 +93,7 @@ class AuthGate:
         self.config = ensure_secret_key(config or AuthConfig())
         cfg = self.config
         common_passwords()  # load the blocklist now, not during the first registration
-        self.cache: Cache = open_cache(cfg.cache_url, prefix=cfg.cache_prefix)
+        self.cache: Cache = open_cache(cfg.cache_url)
         db = Database(cfg)
         self.services = Services(
             config=cfg,
@@ -105,17 +106,7 @@ class AuthGate:
                 signing=load_signing_keys(cfg),
             ),
             hashing=PasswordHashing(max_concurrency=cfg.hash_threads, max_wait=cfg.hash_max_wait),
-            limiter=RateLimiter(
-                MovingWindowRateLimiter(self.cache.limits_storage) if cfg.rate_limits else None,
-                Limits(
-                    login_per_ip=cfg.login_limit_per_ip,
-                    login_failures_per_account=cfg.login_failure_limit,
-                    register_per_ip=cfg.register_limit_per_ip,
-                    reset_per_ip=cfg.reset_limit_per_ip,
-                    reset_per_account=cfg.reset_limit_per_account,
-                    verify_per_ip=cfg.verify_limit_per_ip,
-                ),
-            ),
+            limiter=_rate_limiter(cfg, self.cache, db, clock),
             senders=make_senders(cfg),
             background=Background(),
             clock=clock,
@@ -180,6 +171,32 @@ class AuthGate:
             max_body_bytes=self.config.max_body_bytes,
             trusted_proxies=self.config.trusted_networks(),
         )
+
+
+def _rate_limiter(cfg: AuthConfig, cache: Cache, db: Database, clock: Clock) -> RateLimiter:
+    """Counters every worker and host shares: Redis with a cache, else the database."""
+    store: CounterStore | None = None
+    if cfg.rate_limits:
+        store = (
+            RedisCounters(cache.client, prefix=cfg.cache_prefix)
+            if isinstance(cache, RedisCache)
+            else SqlCounters(db)
+        )
+    return RateLimiter(
+        store,
+        Limits(
+            login_per_ip=cfg.login_limit_per_ip,
+            login_failures_per_account=cfg.login_failure_limit,
+            login_failures_per_address=cfg.login_failure_limit_per_address,
+            register_per_ip=cfg.register_limit_per_ip,
+            reset_per_ip=cfg.reset_limit_per_ip,
+            reset_per_account=cfg.reset_limit_per_account,
+            verify_per_ip=cfg.verify_limit_per_ip,
+        ),
+        secret=cfg.secret(),
+        clock=clock,
+        address_key=functools.partial(rate_limit_address, v6_prefix=cfg.ipv6_rate_limit_prefix),
+    )
 
 
 def create_app(config: AuthConfig | None = None, *, clock: Clock = utcnow) -> FastAPI:

@@ -92,7 +92,12 @@ class AuthConfig(BaseSettings):
     rate_limits: bool = True
     # Rate limits in the `limits` notation ("N/period", e.g. "30/minute", "10/15minutes").
     login_limit_per_ip: str = "30/minute"
-    login_failure_limit: str = "10/15minutes"
+    #: Failed logins per email from all client addresses (whether or not an account exists);
+    #: over it, that email's logins answer 429 until the window ends, a success or a reset.
+    login_failure_limit: str = "50/hour"
+    #: Failed logins per (email, client address); each time an address spends it, its next
+    #: window is twice as long (1, 2, 4 … minutes, at most a day).
+    login_failure_limit_per_address: str = "5/minute"
     register_limit_per_ip: str = "20/hour"
     reset_limit_per_ip: str = "20/hour"
     reset_limit_per_account: str = "5/hour"
@@ -173,6 +178,7 @@ class AuthConfig(BaseSettings):
     @field_validator(
         "login_limit_per_ip",
         "login_failure_limit",
+        "login_failure_limit_per_address",
         "register_limit_per_ip",
         "reset_limit_per_ip",
         "reset_limit_per_account",

@@ -1,77 +1,204 @@
-"""Rate limits (the `limits` library), stored in the cache so every worker counts together.
+"""Rate limits: fixed-window counters in a store every worker shares (`limitstore.py`: the
+database without a cache, Redis with `CACHE_URL`), so `serve --workers N` and several hosts
+count together instead of each worker granting the whole budget.
 
-Policies, all keyed so that the limit itself reveals nothing:
-- login: attempts per client IP; failures per canonical email, whether or not an account
-  exists (a success clears them), locking that email's logins once the budget is spent;
-- register, password-reset and email-verification requests per client IP;
+Policies, all keyed by keyed digests (HMAC under a key derived from the secret key), so that
+neither the store nor a backup of it names an email or an address:
+
+- login: attempts per client address;
+- failed logins, progressive rather than a hard lock (see `login_attempt`):
+  per (email, client address) a small budget whose window doubles each time it is spent,
+  and per email a larger budget across all addresses that stops distributed guessing.
+  Both count whether or not an account exists; a success clears them; a password reset
+  (or any change of the account's credentials) starts them afresh. The slot is reserved
+  atomically before the password is verified and given back when the request is not an
+  attempt, so a concurrent burst tests exactly the budget;
+- register, password-reset and email-verification requests per client address;
 - password-reset requests per account: over the limit the answer is the same 200 and no mail
   goes out, so the limit is no oracle.
+
+`limits.parse` only reads the "N/period" notation of the settings.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import math
-import time
+import hmac
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
-from limits import RateLimitItem, parse
-from limits.aio.strategies import MovingWindowRateLimiter
+from limits import parse
 
 from authgate.errors import RateLimited
+from authgate.limitstore import CounterStore
 
-__all__ = ["Limits", "RateLimiter"]
+__all__ = ["Limits", "LoginAttempt", "RateLimiter"]
+
+logger = logging.getLogger("authgate")
+
+#: The longest an address's failure window grows by doubling, and how long the doubling is
+#: remembered after the address first spent its budget.
+MAX_FAILURE_WINDOW = 86_400.0
+LEVEL_WINDOW = 86_400.0
+_MAX_LEVEL = 64
 
 
 @dataclass(frozen=True)
 class Limits:
-    """One `limits` notation string per policy; the defaults live in `AuthConfig`."""
+    """One "N/period" string per policy; the defaults live in `AuthConfig`."""
 
     login_per_ip: str
     login_failures_per_account: str
+    login_failures_per_address: str
     register_per_ip: str
     reset_per_ip: str
     reset_per_account: str
     verify_per_ip: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Budget:
+    amount: int
+    window: float  # seconds
+
+
 class RateLimiter:
-    def __init__(self, limiter: MovingWindowRateLimiter | None, limits: Limits) -> None:
-        """`limiter=None` disables every limit (AUTHGATE_RATE_LIMITS=off)."""
-        self._limiter = limiter
-        self._items: dict[str, RateLimitItem] = {
-            name: parse(value) for name, value in vars(limits).items()
-        }
+    def __init__(
+        self,
+        store: CounterStore | None,
+        limits: Limits,
+        *,
+        secret: bytes,
+        clock: Callable[[], datetime],
+        address_key: Callable[[str], str] = str,
+    ) -> None:
+        """`store=None` disables every limit (AUTHGATE_RATE_LIMITS=off). `address_key` maps a
+        client address to what per-address limits count it as (an IPv6 /64 network)."""
+        self._store = store
+        self._clock = clock
+        self._address_key = address_key
+        self._budgets: dict[str, _Budget] = {}
+        for name, value in vars(limits).items():
+            item = parse(value)
+            self._budgets[name] = _Budget(item.amount, float(item.get_expiry()))
+        self._key_secret = hmac.new(secret, b"authgate rate-limit keys", hashlib.sha256).digest()
 
     async def hit(self, policy: str, key: str) -> None:
         """Count one request; raise `RateLimited` once the policy's budget is spent."""
-        if not await self.try_hit(policy, key):
-            raise RateLimited(await self._retry_after(policy, key))
+        if self._store is None:
+            return
+        budget, now = self._budgets[policy], self._clock()
+        if policy.endswith("_per_ip"):
+            key = self._address_key(key)
+        got = await self._store.hit(
+            self._key(policy, key), limit=budget.amount, window=budget.window, now=now
+        )
+        if not got.allowed:
+            raise RateLimited(got.retry_after(now))
 
     async def try_hit(self, policy: str, key: str) -> bool:
         """Count one request; False (and nothing raised) when over the limit."""
-        if self._limiter is None:
-            return True
-        return await self._limiter.hit(self._items[policy], policy, _key(key))
+        try:
+            await self.hit(policy, key)
+        except RateLimited:
+            return False
+        return True
 
-    async def check(self, policy: str, key: str) -> None:
-        """Raise `RateLimited` when the budget is spent, without counting."""
-        if self._limiter is None:
+    async def login_attempt(self, account: str, version: int, address: str) -> LoginAttempt:
+        """Reserve one failed-login slot for `account` (the canonical email) from `address`,
+        before the password is verified; raise `RateLimited` when none is left.
+
+        `version` is the account's credentials version (0 without an account): a reset or
+        password change bumps it, so the account's counters start afresh, from every address.
+
+        Per (account, address): `login_failures_per_address` failures per window; each time an
+        address spends that budget its next window is twice as long (1, 2, 4 … minutes with
+        the default, at most a day; forgotten a day after the address first spent it). Per
+        account, from all addresses: `login_failures_per_account`. The caller keeps the slot
+        for a failure, and calls `succeeded()` or `give_back()` otherwise.
+        """
+        store = self._store
+        if store is None:
+            return LoginAttempt(None, [], ())
+        now = self._clock()
+        per_address = self._budgets["login_failures_per_address"]
+        per_account = self._budgets["login_failures_per_account"]
+        address = self._address_key(address)
+        pair = self._key("login_failures_per_address", account, address, str(version))
+        level_key = self._key("login_failure_level", account, address)
+        account_key = self._key("login_failures_per_account", account, str(version))
+        attempt = LoginAttempt(store, [], (pair, level_key, account_key))
+
+        level = min(await store.count(level_key, now), _MAX_LEVEL)
+        window = min(per_address.window * 2**level, max(per_address.window, MAX_FAILURE_WINDOW))
+        got = await store.hit(pair, limit=per_address.amount, window=window, now=now)
+        if not got.allowed:
+            raise RateLimited(got.retry_after(now))
+        attempt.taken.append((pair, got.window_end))
+        try:
+            overall = await store.hit(
+                account_key, limit=per_account.amount, window=per_account.window, now=now
+            )
+            if not overall.allowed:
+                raise RateLimited(overall.retry_after(now))
+            attempt.taken.append((account_key, overall.window_end))
+            if got.hits == per_address.amount:
+                # This attempt spends the address's budget: its next window doubles.
+                raised = await store.hit(level_key, limit=_MAX_LEVEL, window=LEVEL_WINDOW, now=now)
+                if raised.allowed:
+                    attempt.taken.append((level_key, raised.window_end))
+        except BaseException:
+            await attempt.give_back()
+            raise
+        return attempt
+
+    def _key(self, policy: str, *parts: str) -> str:
+        # A fixed-length keyed digest: nothing personal in the store, nothing a guessed email
+        # can be checked against without the secret, and no separator can be smuggled in.
+        message = "\x00".join(parts).encode("utf-8", "surrogatepass")
+        return policy + ":" + hmac.new(self._key_secret, message, hashlib.sha256).hexdigest()[:32]
+
+
+#: Give-backs running in their own tasks (a cancelled request still returns its slot).
+_returning: set[asyncio.Task[None]] = set()
+
+
+class LoginAttempt:
+    """A reserved failed-login slot. Keep it for a failure (do nothing); `succeeded()` after
+    the right password; `give_back()` when the request was no attempt (busy, cancelled, the
+    database away)."""
+
+    def __init__(
+        self, store: CounterStore | None, taken: list[tuple[str, datetime]], keys: tuple[str, ...]
+    ) -> None:
+        self._store = store
+        self.taken = taken
+        self._keys = keys
+
+    async def succeeded(self) -> None:
+        """The right password: the address's and the account's failures are cleared."""
+        self.taken = []
+        if self._store is not None:
+            await self._store.clear(*self._keys)
+
+    async def give_back(self) -> None:
+        """Return the reserved slots. Runs in a task of its own, shielded: called while the
+        request is being cancelled, it still completes."""
+        if self._store is None or not self.taken:
             return
-        if not await self._limiter.test(self._items[policy], policy, _key(key)):
-            raise RateLimited(await self._retry_after(policy, key))
-
-    async def clear(self, policy: str, key: str) -> None:
-        if self._limiter is not None:
-            await self._limiter.clear(self._items[policy], policy, _key(key))
-
-    async def _retry_after(self, policy: str, key: str) -> int:
-        assert self._limiter is not None
-        stats = await self._limiter.get_window_stats(self._items[policy], policy, _key(key))
-        return max(1, math.ceil(stats.reset_time - time.time()))
+        taken, self.taken = self.taken, []
+        task = asyncio.ensure_future(_give_back(self._store, taken))
+        _returning.add(task)
+        task.add_done_callback(_returning.discard)
+        await asyncio.shield(task)
 
 
-def _key(key: str) -> str:
-    # Emails and addresses become fixed-length opaque keys: nothing personal in Redis keys,
-    # and no key can smuggle the storage's separators.
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+async def _give_back(store: CounterStore, taken: list[tuple[str, datetime]]) -> None:
+    for key, window_end in taken:
+        try:
+            await store.give_back(key, window_end)
+        except Exception as exc:  # the slot stays spent: failing closed
+            logger.warning("a reserved login slot was not given back: %s", type(exc).__name__)

@@ -52,7 +52,6 @@ class SessionService:
         # itself tells nothing about which emails are registered.
         key = login_key(email)
         account_key = key or email.strip().lower()
-        await limiter.check("login_failures_per_account", account_key)
         self.sv.hashing.check_admission()
 
         user: Credentials | None = None
@@ -63,12 +62,19 @@ class SessionService:
             else:  # one statement, no BEGIN/COMMIT around it
                 async with self.sv.db.autocommit() as conn:
                     user = await credentials(conn, account_key)
+        # The failure slot is taken before verifying (a concurrent burst tests exactly the
+        # budget) and given back when this turns out to be no attempt: busy, cancelled, or
+        # the database away. The account's credentials version keys it: a reset starts afresh.
+        attempt = await limiter.login_attempt(account_key, user.version if user else 0, client_ip)
         # Same argon2 work whether the email is unknown, the password wrong or the user
         # inactive: the answer and its timing are the same for all three.
         candidate = normalise(password)
-        ok = await self.sv.hashing.verify(user.password_hash if user else None, candidate)
+        try:
+            ok = await self.sv.hashing.verify(user.password_hash if user else None, candidate)
+        except BaseException:
+            await attempt.give_back()
+            raise
         if not ok or user is None or not user.is_active:
-            await limiter.try_hit("login_failures_per_account", account_key)
             reason = "unknown_email" if user is None else "wrong_password" if not ok else "inactive"
             events.emit(
                 "login_failed",
@@ -77,7 +83,7 @@ class SessionService:
                 reason=reason,
             )
             raise InvalidCredentials()
-        await limiter.clear("login_failures_per_account", account_key)
+        await attempt.succeeded()
 
         new_hash = None
         if self.sv.hashing.needs_rehash(user.password_hash):

@@ -1,0 +1,270 @@
+"""Fixed-window counters for the rate limits, shared by every worker and host.
+
+One small protocol (`CounterStore`) with two backends:
+
+- `SqlCounters`: the `authgate_rate_limits` table, when there is no `CACHE_URL`. Every
+  worker and host on that database counts together. A hit is one atomic
+  `INSERT ... ON CONFLICT DO UPDATE ... WHERE ... RETURNING` (SQLite >= 3.35, PostgreSQL):
+  the row lock serialises concurrent hits, and a hit over the limit updates nothing and
+  returns no row, so of N concurrent hits on a budget of B exactly B are allowed.
+- `RedisCounters`: a hash per key, hit by one Lua script (atomic in Redis), expiring with
+  its window.
+
+A hit can be given back (`give_back`): a login reserves its failure slot before the
+password is verified and returns it when the request turns out not to be an attempt (it
+succeeded, was refused as busy, or was cancelled). Each window is identified by its end,
+which carries a random offset of under a millisecond, so a slot is only ever given back to the
+window it was taken from, never to a newer one that happens to share the key.
+
+Keys are opaque digests made by `ratelimit.py`: no email or address is stored. Expired rows
+stay until `authgate purge` deletes them (`purge_counters`); an expired row is simply
+restarted by the next hit on its key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from sqlalchemy import Integer, Table, bindparam, case, delete, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from authgate.db import Database
+from authgate.models import Base, RateLimitCounter, UTCDateTime
+
+__all__ = ["CounterStore", "Hit", "RedisCounters", "SqlCounters", "purge_counters"]
+
+_table: Table = Base.metadata.tables[RateLimitCounter.__tablename__]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """The outcome of one hit: whether it was counted, the count after it (or, refused, the
+    count that refused it), and the end of the window it counted in (its identity)."""
+
+    allowed: bool
+    hits: int
+    window_end: datetime
+
+    def retry_after(self, now: datetime) -> int:
+        """Whole seconds until the window ends, at least 1 (the Retry-After header)."""
+        return max(1, math.ceil((self.window_end - now).total_seconds()))
+
+
+class CounterStore(Protocol):
+    async def hit(self, key: str, *, limit: int, window: float, now: datetime) -> Hit:
+        """Count one hit in the key's current window (a new window of `window` seconds when
+        there is none or it is over), unless that would pass `limit`: then count nothing."""
+        ...
+
+    async def give_back(self, key: str, window_end: datetime) -> None:
+        """Uncount one allowed hit, if its window (named by its end) is still the current one."""
+        ...
+
+    async def count(self, key: str, now: datetime) -> int:
+        """Hits in the key's current window (0 when there is none)."""
+        ...
+
+    async def clear(self, *keys: str) -> None: ...
+
+
+def _fresh_end(now: datetime, window: float) -> datetime:
+    # The random microseconds (under a millisecond off the window, so whole seconds of
+    # Retry-After stay exact) make the end a window's identity even under a frozen clock.
+    return now + timedelta(seconds=window, microseconds=-secrets.randbelow(1000))
+
+
+class SqlCounters:
+    """Counters in the database (the embedded setup and any deployment without a cache)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        insert = sqlite_insert if db.is_sqlite else pg_insert
+        fresh = insert(_table).values(
+            key=bindparam("key"), hits=bindparam("amount"), window_end=bindparam("fresh_end")
+        )
+        over = _table.c.window_end <= bindparam("now", type_=UTCDateTime())
+        self._hit = fresh.on_conflict_do_update(
+            index_elements=[_table.c.key],
+            set_={
+                "hits": case(
+                    (over, fresh.excluded.hits), else_=_table.c.hits + fresh.excluded.hits
+                ),
+                "window_end": case((over, fresh.excluded.window_end), else_=_table.c.window_end),
+            },
+            # Over the limit: no update, so no row comes back.
+            where=or_(
+                over,
+                _table.c.hits + fresh.excluded.hits <= bindparam("limit", type_=Integer()),
+            ),
+        ).returning(_table.c.hits, _table.c.window_end)
+        self._current = select(_table.c.hits, _table.c.window_end).where(
+            _table.c.key == bindparam("key")
+        )
+        self._give_back = (
+            update(_table)
+            .where(
+                # Not "key": an UPDATE reserves the column names for its SET parameters.
+                _table.c.key == bindparam("counter"),
+                _table.c.window_end == bindparam("end", type_=UTCDateTime()),
+                _table.c.hits > 0,
+            )
+            .values(hits=_table.c.hits - 1)
+        )
+
+    async def _returning(self, statement: Any, params: dict[str, Any]) -> list[Any]:
+        """One statement with RETURNING, committed: on SQLite in a write transaction (the
+        process's writers queue on the database's lock), on PostgreSQL autocommitted."""
+        if self._db.is_sqlite:
+            async with self._db.write() as s:
+                return list((await s.execute(statement, params)).all())
+        async with self._db.autocommit() as conn:
+            return list((await conn.execute(statement, params)).all())
+
+    async def hit(self, key: str, *, limit: int, window: float, now: datetime) -> Hit:
+        rows = await self._returning(
+            self._hit,
+            {
+                "key": key,
+                "amount": 1,
+                "fresh_end": _fresh_end(now, window),
+                "now": now,
+                "limit": limit,
+            },
+        )
+        if rows:
+            return Hit(True, rows[0].hits, rows[0].window_end)
+        async with self._db.read() as s:
+            row = (await s.execute(self._current, {"key": key})).one_or_none()
+        if row is None or row.window_end <= now:  # cleared or over meanwhile: try again soon
+            return Hit(False, 0, now + timedelta(seconds=1))
+        return Hit(False, row.hits, row.window_end)
+
+    async def give_back(self, key: str, window_end: datetime) -> None:
+        if self._db.is_sqlite:
+            async with self._db.write() as s:
+                await s.execute(self._give_back, {"counter": key, "end": window_end})
+        else:
+            async with self._db.autocommit() as conn:
+                await conn.execute(self._give_back, {"counter": key, "end": window_end})
+
+    async def count(self, key: str, now: datetime) -> int:
+        if self._db.is_sqlite:
+            async with self._db.read() as s:
+                row = (await s.execute(self._current, {"key": key})).one_or_none()
+        else:
+            async with self._db.autocommit() as conn:
+                row = (await conn.execute(self._current, {"key": key})).one_or_none()
+        return int(row.hits) if row is not None and row.window_end > now else 0
+
+    async def clear(self, *keys: str) -> None:
+        statement = delete(_table).where(_table.c.key.in_(keys))
+        if self._db.is_sqlite:
+            async with self._db.write() as s:
+                await s.execute(statement)
+        else:
+            async with self._db.autocommit() as conn:
+                await conn.execute(statement)
+
+
+async def purge_counters(
+    s: AsyncSession, after: str, *, now: datetime, batch_size: int
+) -> tuple[int, str]:
+    """One keyset batch of `authgate purge`: delete up to `batch_size` counters whose window
+    is over, with keys after `after`; (rows deleted, the cursor for the next batch, "" when
+    this was the last)."""
+    keys = list(
+        (
+            await s.execute(
+                select(_table.c.key)
+                .where(_table.c.key > after, _table.c.window_end <= now)
+                .order_by(_table.c.key)
+                .limit(batch_size)
+            )
+        ).scalars()
+    )
+    if keys:
+        await s.execute(delete(_table).where(_table.c.key.in_(keys)))
+    return len(keys), keys[-1] if len(keys) == batch_size else ""
+
+
+# --- Redis ------------------------------------------------------------------------------
+
+# Times are integer microseconds since the epoch from the application's clock (the same
+# clock on every host, as for token expiry). Window ends are kept as the caller's decimal
+# strings, never through Lua's number formatting (which would round them).
+_HIT = """
+local now = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local v = redis.call('HMGET', KEYS[1], 'n', 'e')
+local n = tonumber(v[1])
+local e = v[2]
+if n == nil or not e or tonumber(e) == nil or tonumber(e) <= now then
+  n = 0
+  e = ARGV[3]
+end
+if n + 1 > limit then
+  return {0, n, e}
+end
+n = n + 1
+redis.call('HSET', KEYS[1], 'n', n, 'e', e)
+redis.call('PEXPIRE', KEYS[1], math.ceil((tonumber(e) - now) / 1000) + 1000)
+return {1, n, e}
+"""
+_GIVE_BACK = """
+local v = redis.call('HMGET', KEYS[1], 'n', 'e')
+if v[2] == ARGV[1] and tonumber(v[1]) ~= nil and tonumber(v[1]) > 0 then
+  redis.call('HINCRBY', KEYS[1], 'n', -1)
+end
+return 0
+"""
+
+
+def _micros(moment: datetime) -> int:
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _from_micros(value: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=value)
+
+
+class RedisCounters:
+    """Counters in Redis (`CACHE_URL`): every worker and host on that Redis counts together."""
+
+    def __init__(self, client: aioredis.Redis, *, prefix: str, timeout: float = 2.0) -> None:
+        self._client = client
+        self._prefix = prefix + "rl:"
+        self._timeout = timeout
+        self._hit = client.register_script(_HIT)
+        self._give_back = client.register_script(_GIVE_BACK)
+
+    async def hit(self, key: str, *, limit: int, window: float, now: datetime) -> Hit:
+        args = [_micros(now), limit, _micros(_fresh_end(now, window))]
+        async with asyncio.timeout(self._timeout):
+            allowed, hits, end = await self._hit(keys=[self._prefix + key], args=args)
+        return Hit(bool(allowed), int(hits), _from_micros(int(end)))
+
+    async def give_back(self, key: str, window_end: datetime) -> None:
+        async with asyncio.timeout(self._timeout):
+            await self._give_back(keys=[self._prefix + key], args=[str(_micros(window_end))])
+
+    async def count(self, key: str, now: datetime) -> int:
+        async with asyncio.timeout(self._timeout):
+            hits, end = await self._client.hmget(self._prefix + key, ["n", "e"])
+        if hits is None or end is None or int(end) <= _micros(now):
+            return 0
+        return int(hits)
+
+    async def clear(self, *keys: str) -> None:
+        if keys:
+            async with asyncio.timeout(self._timeout):
+                await self._client.delete(*(self._prefix + k for k in keys))
