@@ -228,6 +228,8 @@ class LocalState:
             now = self._clock()
             self.heard(now)
             self.swept(now)
+        else:
+            self._heard = -math.inf  # only a pong on the next subscription counts
 
 
 class _Invalidations(asyncio.Protocol):
