@@ -102,6 +102,10 @@ class AuthConfig(BaseSettings):
     reset_limit_per_ip: str = "20/hour"
     reset_limit_per_account: str = "5/hour"
     verify_limit_per_ip: str = "20/hour"
+    #: Rotations per session (a small burst in a fixed window): one client refreshing in a
+    #: loop cannot grow the refresh-token table without bound. Over it, refresh answers 429
+    #: and the presented token stays valid.
+    refresh_limit_per_session: str = "10/minute"
     #: Comma-separated origins allowed to call the API from a browser with credentials
     #: (CORS). Empty: no CORS headers at all, so no other origin can read an answer.
     cors_origins: str = ""
@@ -193,6 +197,27 @@ class AuthConfig(BaseSettings):
         except ValueError:
             raise ValueError(f"not a rate limit like '30/minute': {value!r}") from None
         return value
+
+    @field_validator("refresh_limit_per_session")
+    @classmethod
+    def _check_refresh_limit(cls, value: str) -> str:
+        from limits import parse
+
+        try:
+            parse(value)
+        except ValueError:
+            raise ValueError(f"not a rate limit like '10/minute': {value!r}") from None
+        return value
+
+    def refresh_budget(self) -> tuple[int, int]:
+        """(burst, window seconds) of the per-session refresh limit; unlimited when rate
+        limits are off."""
+        from limits import parse
+
+        item = parse(self.refresh_limit_per_session)
+        if not self.rate_limits:
+            return 2**31 - 1, item.get_expiry()
+        return item.amount, item.get_expiry()
 
     @field_validator("cors_origins")
     @classmethod

@@ -13,6 +13,7 @@ from authgate.errors import (
     InvalidCredentials,
     InvalidRefreshToken,
     NotAuthenticated,
+    RateLimited,
     RefreshTokenReused,
 )
 from authgate.models import User
@@ -20,6 +21,7 @@ from authgate.passwords import normalise
 from authgate.service import Services
 from authgate.stores import (
     Credentials,
+    RefreshBudget,
     SessionStore,
     SpentRefresh,
     UserStore,
@@ -44,6 +46,7 @@ class IssuedTokens:
 class SessionService:
     def __init__(self, services: Services) -> None:
         self.sv = services
+        self._budget = RefreshBudget(*services.config.refresh_budget())
 
     async def login(self, email: str, password: str, *, client_ip: str) -> IssuedTokens:
         limiter = self.sv.limiter
@@ -85,37 +88,53 @@ class SessionService:
             raise InvalidCredentials()
         await attempt.succeeded()
 
-        new_hash = None
-        if self.sv.hashing.needs_rehash(user.password_hash):
-            new_hash = await self.sv.hashing.hash(candidate)
         now = self.sv.clock()
         cfg = self.sv.config
         session_id = new_session_id()
         session_end = now + timedelta(seconds=cfg.session_max_age) if cfg.session_max_age else None
         refresh = new_opaque_token()
         refresh_end = self._refresh_end(now, session_end)
-        if new_hash is None and not self.sv.db.is_sqlite:
+        # The session opens only while the credentials that were just verified are current:
+        # a reset or deactivation that committed during the hash makes this login fail.
+        if self.sv.hashing.needs_rehash(user.password_hash) or self.sv.db.is_sqlite:
+            new_hash = None
+            if self.sv.hashing.needs_rehash(user.password_hash):
+                new_hash = await self.sv.hashing.hash(candidate)
+                now = self.sv.clock()
+            async with self.sv.db.write() as s:
+                if new_hash is not None:
+                    # Compare-and-swap on the verified hash: never undoes a racing reset.
+                    await UserStore(s).rehash(user.user_id, user.password_hash, new_hash, now)
+                sessions = SessionStore(s)
+                opened = await sessions.create(
+                    session_id=session_id, user=user, now=now, expires_at=session_end
+                )
+                if opened:
+                    await sessions.add_refresh(
+                        session_id=session_id,
+                        digest=digest(refresh),
+                        now=now,
+                        expires_at=refresh_end,
+                    )
+        else:  # PostgreSQL: one autocommitted statement
             async with self.sv.db.autocommit() as conn:
-                await open_session(
+                opened = await open_session(
                     conn,
                     session_id=session_id,
-                    user_id=user.user_id,
+                    user=user,
                     now=now,
                     session_end=session_end,
                     digest=digest(refresh),
                     refresh_end=refresh_end,
                 )
-        else:
-            async with self.sv.db.write() as s:
-                if new_hash is not None:
-                    await UserStore(s).set_password(user.user_id, new_hash, now)
-                sessions = SessionStore(s)
-                await sessions.create(
-                    session_id=session_id, user_id=user.user_id, now=now, expires_at=session_end
-                )
-                await sessions.add_refresh(
-                    session_id=session_id, digest=digest(refresh), now=now, expires_at=refresh_end
-                )
+        if not opened:
+            events.emit(
+                "login_failed",
+                outcome="failure",
+                user_id=user.user_id,
+                reason="credentials_changed",
+            )
+            raise InvalidCredentials()
         events.emit("login_succeeded", user_id=user.user_id, session_id=session_id)
         return self._issue(user.user_id, session_id, refresh, now, session_end)
 
@@ -140,7 +159,12 @@ class SessionService:
             # PostgreSQL: the whole rotation is one statement (stores.rotate_refresh).
             async with self.sv.db.autocommit() as conn:
                 rotation = await rotate_refresh(
-                    conn, token_digest, digest(new_refresh), now, self._refresh_end(now, None)
+                    conn,
+                    token_digest,
+                    digest(new_refresh),
+                    now,
+                    self._refresh_end(now, None),
+                    self._budget,
                 )
             spent, rotated = rotation if rotation is not None else (None, False)
             if spent is not None:
@@ -153,10 +177,14 @@ class SessionService:
         else:
             async with self.sv.db.write() as s:
                 sessions = SessionStore(s)
-                spent = await sessions.spend_refresh(token_digest, now)
+                spent = await sessions.spend_refresh(token_digest, now, self._budget)
                 if spent is None:
                     reused_session = await self._revoke_if_reused(token_digest, now, sessions)
-                elif not _live(spent.revoked, spent.expires_at, now) or not spent.user_active:
+                elif (
+                    not _live(spent.revoked, spent.expires_at, now)
+                    or not spent.user_active
+                    or not spent.current
+                ):
                     spent = None
                 else:
                     await sessions.add_refresh(
@@ -189,7 +217,16 @@ class SessionService:
             async with self.sv.db.write() as s:
                 return await self._revoke_if_reused(token_digest, now, SessionStore(s))
         owner = await sessions.refresh_owner(token_digest)
-        if owner is None or not owner[1]:
+        if owner is None:
+            return None
+        if not owner[1]:
+            # Unused yet not spent: expired, or its session is over the refresh limit.
+            retry_after = await sessions.refresh_retry_after(token_digest, now, self._budget)
+            if retry_after is not None:
+                events.emit(
+                    "refresh_failed", outcome="failure", session_id=owner[0], reason="limited"
+                )
+                raise RateLimited(retry_after)
             return None
         await sessions.revoke(owner[0], now, "reuse")
         return owner[0]
