@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -345,6 +346,7 @@ class _Forwarder:
         self.lag = lag
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._delayed: set[asyncio.TimerHandle] = set()
         self.port = 0
 
     @property
@@ -360,6 +362,9 @@ class _Forwarder:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        for handle in self._delayed:
+            handle.cancel()
+        self._delayed.clear()
         for writer in list(self._writers):
             writer.transport.abort()
         self._writers.clear()
@@ -386,27 +391,33 @@ class _Forwarder:
             finally:
                 up_writer.transport.abort()
 
+        def later(callback: Callable[[], None]) -> None:
+            def run() -> None:
+                self._delayed.discard(handle)
+                if not writer.transport.is_closing():
+                    callback()
+
+            handle = loop.call_later(self.lag, run)
+            self._delayed.add(handle)
+
         async def downstream() -> None:
             try:
                 while data := await up_reader.read(65536):
                     if subscribed and self.lag:
-                        loop.call_later(self.lag, _write_if_open, writer, data)
+                        later(functools.partial(writer.write, data))
                     else:
                         writer.write(data)
                         await writer.drain()
             except (OSError, asyncio.CancelledError):
                 pass
             finally:
-                loop.call_later(self.lag if subscribed else 0, writer.transport.abort)
+                if subscribed and self.lag:
+                    later(writer.transport.abort)  # the close arrives late too
+                else:
+                    writer.transport.abort()
 
         await asyncio.gather(upstream(), downstream())
-        self._writers.discard(writer)
-        self._writers.discard(up_writer)
-
-
-def _write_if_open(writer: asyncio.StreamWriter, data: bytes) -> None:
-    if not writer.transport.is_closing():
-        writer.write(data)
+        self._writers.discard(up_writer)  # `writer` stays until closed (shut() aborts it)
 
 
 async def _until_status(
