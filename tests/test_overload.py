@@ -122,6 +122,9 @@ async def test_hashes_run_on_the_hash_threads_and_a_cancelled_one_never_runs() -
     queued = asyncio.ensure_future(hashing._admit(slow, "queued"))
     await asyncio.to_thread(started.wait, 10)  # the first hash holds the only thread
     queued.cancel()  # its client went away while it waited for a core
+    # The cancel reaches the executor's queue in the loop's next iteration (asyncio chains
+    # the futures with call_soon); only then may the busy thread move on.
+    await asyncio.sleep(0)
     release.set()
     assert await first == "first"
     await asyncio.gather(queued, return_exceptions=True)
