@@ -383,9 +383,9 @@ async def load_refresh_tokens(
     """Insert `count` live sessions with one fresh refresh token each (COPY), straight into
     authgate's tables, and write the plaintext tokens to `path`, one a line."""
     from authgate.config import AuthConfig
-    from authgate.db import Database
-    from authgate.models import RefreshToken, Session
-    from authgate.tokens import digest, new_opaque_token, new_session_id
+    from authgate.store.db import Database
+    from authgate.store.models import RefreshToken, Session
+    from authgate.tokens.keys import digest, new_opaque_token, new_session_id
 
     now = datetime.now(UTC)
     tokens = [new_opaque_token() for _ in range(count)]

@@ -42,8 +42,8 @@ BATCH = 200_000
 async def load(db: str, users: int, sessions: int, per_session: int) -> dict[str, float]:
     from argon2 import PasswordHasher
 
-    from authgate.models import RefreshToken, Session, User
-    from authgate.passwords import ARGON2_MEMORY_KIB, ARGON2_PARALLELISM, ARGON2_TIME_COST
+    from authgate.factors.passwords import ARGON2_MEMORY_KIB, ARGON2_PARALLELISM, ARGON2_TIME_COST
+    from authgate.store.models import RefreshToken, Session, User
 
     hasher = PasswordHasher(
         time_cost=ARGON2_TIME_COST, memory_cost=ARGON2_MEMORY_KIB, parallelism=ARGON2_PARALLELISM

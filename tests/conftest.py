@@ -114,7 +114,7 @@ class PgTemplate:
             self.ready = True
 
     async def _create(self) -> None:
-        from authgate.db import Database, upgrade_schema
+        from authgate.store.db import Database, upgrade_schema
 
         conn = await asyncpg.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, database="postgres")
         try:

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from authgate.db import Database
-from authgate.models import User
+from authgate.store.db import Database
+from authgate.store.models import User
 from tests.conftest import (
     PASSWORD,
     AppFactory,

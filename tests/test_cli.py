@@ -21,9 +21,9 @@ import pytest
 from sqlalchemy import func, select, text
 
 from authgate import create_app
-from authgate.db import Database
-from authgate.migrations import VERSION_TABLE
-from authgate.models import Base, OneTimeToken, RefreshToken, Session, User
+from authgate.store.db import Database
+from authgate.store.migrations import VERSION_TABLE
+from authgate.store.models import Base, OneTimeToken, RefreshToken, Session, User
 from tests.conftest import (
     PASSWORD,
     Backend,
@@ -285,11 +285,11 @@ def test_head_revision_is_alembics_head() -> None:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-    import authgate.migrations
-    from authgate.migrations import HEAD_REVISION
+    import authgate.store.migrations
+    from authgate.store.migrations import HEAD_REVISION
 
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(authgate.migrations.__file__).parent))
+    cfg.set_main_option("script_location", str(Path(authgate.store.migrations.__file__).parent))
     assert ScriptDirectory.from_config(cfg).get_current_head() == HEAD_REVISION
 
 
@@ -300,7 +300,7 @@ async def test_a_database_at_head_is_checked_without_alembic(backend: Backend) -
     probe = (
         "import asyncio, sys\n"
         "from authgate.config import AuthConfig\n"
-        "from authgate.db import Database, upgrade_schema\n"
+        "from authgate.store.db import Database, upgrade_schema\n"
         "async def main():\n"
         "    db = Database(AuthConfig())\n"
         "    try:\n"

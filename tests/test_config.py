@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from authgate import AuthConfig
 from authgate.config import ensure_secret_key
-from authgate.db import database_url
+from authgate.store.db import database_url
 
 SECRET = "a-secret-key-that-is-long-enough-0123456789"
 ENV_VARS = (

@@ -23,8 +23,8 @@ from argon2 import PasswordHasher
 from sqlalchemy import func, select, update
 
 from authgate import create_app
-from authgate.models import RefreshToken, Session, User
-from authgate.passwords import PasswordHashing
+from authgate.factors.passwords import PasswordHashing
+from authgate.store.models import RefreshToken, Session, User
 from tests.conftest import (
     PASSWORD,
     Backend,

@@ -28,16 +28,16 @@ from alembic.config import Config
 from argon2 import PasswordHasher
 from sqlalchemy import Connection, select, text
 
-import authgate.migrations
+import authgate.store.migrations
 from authgate import create_app
-from authgate.db import Database, upgrade_schema
-from authgate.models import User
-from authgate.passwords import (
+from authgate.factors.passwords import (
     ARGON2_MEMORY_KIB,
     ARGON2_PARALLELISM,
     ARGON2_TIME_COST,
     normalise,
 )
+from authgate.store.db import Database, upgrade_schema
+from authgate.store.models import User
 from tests.conftest import (
     PASSWORD,
     PG_HOST,
@@ -217,7 +217,7 @@ async def empty_backend(name: str, data_dir: Path) -> AsyncIterator[Backend]:
 
 def _upgrade_to(connection: Connection, revision: str) -> None:
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(authgate.migrations.__file__).parent))
+    cfg.set_main_option("script_location", str(Path(authgate.store.migrations.__file__).parent))
     cfg.attributes["connection"] = connection
     command.upgrade(cfg, revision)
 
@@ -276,7 +276,7 @@ async def test_migration_0003_rekeys_existing_accounts_and_they_keep_logging_in(
                             updated_at=now,
                         )
                     )
-            with caplog.at_level(logging.INFO, logger="authgate.migrations"):
+            with caplog.at_level(logging.INFO, logger="authgate.store.migrations"):
                 assert await upgrade_schema(db)
             async with db.read() as s:
                 result = await s.execute(select(User.email, User.email_key))
@@ -293,7 +293,7 @@ async def test_migration_0003_rekeys_existing_accounts_and_they_keep_logging_in(
         assert keys["Dup@example.com"] == "dup@example.com"
         assert keys["legacy@localhost"] == "legacy@localhost"
         assert keys["DUP@example.com"] == "odd-old-key@example.com"
-        logged = [r.getMessage() for r in caplog.records if r.name == "authgate.migrations"]
+        logged = [r.getMessage() for r in caplog.records if r.name == "authgate.store.migrations"]
         assert any("keeps its current email key" in m for m in logged), logged
         assert any("not a valid address" in m for m in logged), logged
         for message in logged:  # user ids, never an address

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import select
 
 from authgate import create_app
-from authgate.db import Database
 from authgate.events import JsonFormatter
-from authgate.models import User
+from authgate.store.db import Database
+from authgate.store.models import User
 from tests.conftest import (
     PASSWORD,
     Backend,

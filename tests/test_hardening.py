@@ -13,9 +13,9 @@ from sqlalchemy import func, select
 
 from authgate import AuthConfig, create_app
 from authgate.config import ConfigError, ensure_secret_key
-from authgate.db import Database
-from authgate.models import User
-from authgate.stores import UserStore
+from authgate.store.db import Database
+from authgate.store.models import User
+from authgate.store.stores import UserStore
 from tests.conftest import (
     PASSWORD,
     AppFactory,

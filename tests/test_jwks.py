@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from authgate import AuthConfig
 from authgate.config import ConfigError
-from authgate.jwks import GENERATED_KEY_FILE, load_signing_keys
-from authgate.tokens import Keys, TokenError
+from authgate.tokens.jwks import GENERATED_KEY_FILE, load_signing_keys
+from authgate.tokens.keys import Keys, TokenError
 from tests.conftest import TEST_SECRET, AppFactory, Backend, bearer, login, register
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

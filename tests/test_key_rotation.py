@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from authgate import AuthConfig
-from authgate.tokens import Keys, TokenError
+from authgate.tokens.keys import Keys, TokenError
 from tests.conftest import AppFactory, bearer, login, register
 
 OLD = "old-secret-key-that-is-long-enough-0123456789"

@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import text
 
 from authgate import create_app
-from authgate.db import Database
+from authgate.store.db import Database
 from tests.conftest import (
     PASSWORD,
     PG_HOST,

@@ -28,21 +28,21 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from authgate import create_app
-from authgate.emails import (
+from authgate.factors.emails import (
     MAX_EMAIL_LENGTH,
     EmailProblem,
     canonical_email,
     email_key,
     login_key,
 )
-from authgate.passwords import (
+from authgate.factors.passwords import (
     MAX_PASSWORD_BYTES,
     MIN_PASSWORD_CHARS,
     common_passwords,
     normalise,
     password_problem,
 )
-from authgate.schemas import PasswordResetConfirm, RegisterRequest
+from authgate.web.schemas import PasswordResetConfirm, RegisterRequest
 from tests.conftest import Backend, make_config, running
 
 UNIT = settings(max_examples=200, deadline=None, derandomize=True, database=None)

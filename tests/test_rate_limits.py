@@ -21,8 +21,8 @@ from sqlalchemy import select
 
 from authgate import create_app
 from authgate.app import AuthGate
-from authgate.limitstore import RedisCounters, SqlCounters
-from authgate.models import RateLimitCounter
+from authgate.store.limits import RedisCounters, SqlCounters
+from authgate.store.models import RateLimitCounter
 from tests.conftest import (
     PASSWORD,
     AppFactory,

@@ -20,8 +20,7 @@ from fastapi import FastAPI
 
 from authgate import create_app
 from authgate.app import AuthGate
-from authgate.models import User
-from authgate.statecache import (
+from authgate.cache.state import (
     LEASE,
     SUBSCRIBER_NAME,
     SWEEP_LEASE,
@@ -29,7 +28,8 @@ from authgate.statecache import (
     StateCache,
     _Invalidations,
 )
-from authgate.stores import SessionStore, UserStore
+from authgate.store.models import User
+from authgate.store.stores import SessionStore, UserStore
 from tests.conftest import (
     REDIS_URL,
     Backend,

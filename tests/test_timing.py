@@ -197,7 +197,7 @@ async def test_login_time_does_not_tell_outdated_hash_from_unknown_email(tmp_pat
     from argon2 import PasswordHasher
     from sqlalchemy import update
 
-    from authgate.models import User
+    from authgate.store.models import User
 
     config = make_config(Backend("sqlite", tmp_path / "data"))
     app = create_app(config)

@@ -1,4 +1,4 @@
-"""authgate.tokens: access JWTs refuse every forgery the contract names (§4 Tokens), CSRF
+"""authgate.tokens.keys: access JWTs refuse every forgery the contract names (§4 Tokens), CSRF
 values are bound to their session, opaque tokens are 256-bit and stored as SHA-256.
 
 Forged tokens are signed with the Keys instance's own derived key (`keys._jwt_key`), so a
@@ -20,7 +20,7 @@ import httpx
 import jwt
 import pytest
 
-from authgate.tokens import (
+from authgate.tokens.keys import (
     AccessClaims,
     Keys,
     TokenError,

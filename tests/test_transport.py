@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from authgate import AuthConfig, create_app
-from authgate.transport import client_address, rate_limit_address
+from authgate.web.transport import client_address, rate_limit_address
 from tests.conftest import PASSWORD, AppFactory, Backend, make_config
 
 PROXIES = (ip_network("10.0.0.0/8"), ip_network("::1/128"))

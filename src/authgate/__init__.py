@@ -6,7 +6,6 @@ app = create_app(AuthConfig())
 
 from authgate.app import AuthGate, create_app
 from authgate.config import AuthConfig
-from authgate.deps import CurrentUser, current_user
 from authgate.errors import (
     AuthError,
     CsrfFailed,
@@ -20,7 +19,8 @@ from authgate.errors import (
     RefreshTokenReused,
     ServiceUnavailable,
 )
-from authgate.models import User
+from authgate.store.models import User
+from authgate.web.deps import CurrentUser, current_user
 
 __all__ = [
     "AuthConfig",

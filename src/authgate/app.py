@@ -29,23 +29,23 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from authgate import events
-from authgate.accounts import AccountService
-from authgate.cache import Cache, RedisCache, open_cache
+from authgate.cache.base import Cache, RedisCache, open_cache
+from authgate.cache.ratelimit import Limits, RateLimiter
+from authgate.cache.state import SWEEP_MARGIN, StateCache
 from authgate.config import AuthConfig, ensure_secret_key
-from authgate.db import Database, upgrade_schema
 from authgate.errors import AuthError, PayloadTooLarge, ServiceUnavailable
-from authgate.jwks import load_signing_keys
-from authgate.limitstore import CounterStore, RedisCounters, SqlCounters
-from authgate.mail import make_senders
-from authgate.passwords import PasswordHashing, common_passwords
-from authgate.ratelimit import Limits, RateLimiter
-from authgate.routes import auth_router, health_router
-from authgate.service import Background, Clock, Services, utcnow
-from authgate.sessions import SessionService
-from authgate.statecache import SWEEP_MARGIN, StateCache
-from authgate.sweep import DatabaseChanges
-from authgate.tokens import Keys
-from authgate.transport import client_address, rate_limit_address
+from authgate.factors.passwords import PasswordHashing, common_passwords
+from authgate.mail.delivery import make_senders
+from authgate.services.accounts import AccountService
+from authgate.services.context import Background, Clock, Services, utcnow
+from authgate.services.sessions import SessionService
+from authgate.store.db import Database, upgrade_schema
+from authgate.store.limits import CounterStore, RedisCounters, SqlCounters
+from authgate.store.sweep import DatabaseChanges
+from authgate.tokens.jwks import load_signing_keys
+from authgate.tokens.keys import Keys
+from authgate.web.routes import auth_router, health_router
+from authgate.web.transport import client_address, rate_limit_address
 
 __all__ = ["AuthGate", "create_app"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from authgate.models import BigId, UTCDateTime
+from authgate.store.models import BigId, UTCDateTime
 
 revision = "0001"
 down_revision = None

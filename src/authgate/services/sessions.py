@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from authgate import events
-from authgate.emails import login_key
 from authgate.errors import (
     CsrfFailed,
     InvalidCredentials,
@@ -16,10 +15,11 @@ from authgate.errors import (
     RateLimited,
     RefreshTokenReused,
 )
-from authgate.models import User
-from authgate.passwords import normalise
-from authgate.service import Services
-from authgate.stores import (
+from authgate.factors.emails import login_key
+from authgate.factors.passwords import normalise
+from authgate.services.context import Services
+from authgate.store.models import User
+from authgate.store.stores import (
     Credentials,
     RefreshBudget,
     SessionStore,
@@ -29,7 +29,7 @@ from authgate.stores import (
     open_session,
     rotate_refresh,
 )
-from authgate.tokens import AccessClaims, TokenError, digest, new_opaque_token, new_session_id
+from authgate.tokens.keys import AccessClaims, TokenError, digest, new_opaque_token, new_session_id
 
 __all__ = ["IssuedTokens", "SessionService"]
 

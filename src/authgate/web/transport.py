@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from authgate.config import AuthConfig
 from authgate.errors import CsrfFailed
-from authgate.sessions import IssuedTokens
+from authgate.services.sessions import IssuedTokens
 
 __all__ = [
     "ACCESS_COOKIE",

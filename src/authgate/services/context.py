@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from authgate.cache.ratelimit import RateLimiter
+from authgate.cache.state import StateCache
 from authgate.config import AuthConfig
-from authgate.db import Database
-from authgate.mail import MailSender, Purpose
-from authgate.passwords import PasswordHashing
-from authgate.ratelimit import RateLimiter
-from authgate.statecache import StateCache
-from authgate.tokens import Keys
+from authgate.factors.passwords import PasswordHashing
+from authgate.mail.delivery import MailSender, Purpose
+from authgate.store.db import Database
+from authgate.tokens.keys import Keys
 
 __all__ = ["Background", "Clock", "Services", "utcnow"]
 

@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from authgate.emails import MAX_EMAIL_LENGTH, EmailProblem, canonical_email
-from authgate.passwords import normalise, password_problem
+from authgate.factors.emails import MAX_EMAIL_LENGTH, EmailProblem, canonical_email
+from authgate.factors.passwords import normalise, password_problem
 
 __all__ = [
     "EmailVerificationRequest",

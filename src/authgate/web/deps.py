@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, Request
 
 from authgate.errors import CsrfFailed, NotAuthenticated
-from authgate.models import User
-from authgate.transport import UNSAFE_METHODS, access_token_from, require_csrf_header
+from authgate.store.models import User
+from authgate.web.transport import UNSAFE_METHODS, access_token_from, require_csrf_header
 
 if TYPE_CHECKING:
     from authgate.app import AuthGate

@@ -33,7 +33,7 @@ from datetime import datetime
 from limits import parse
 
 from authgate.errors import RateLimited
-from authgate.limitstore import CounterStore
+from authgate.store.limits import CounterStore
 
 __all__ = ["Limits", "LoginAttempt", "RateLimiter"]
 

@@ -68,7 +68,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import RedisError
 
-from authgate.models import User
+from authgate.store.models import User
 
 __all__ = [
     "LEASE",

@@ -63,7 +63,7 @@ def password_problem(password: str) -> str | None:
 def common_passwords() -> frozenset[str]:
     """The 30,000 most common passwords, NFKC-normalised and case-folded (shipped data; see
     scripts/make-blocklist for where it comes from)."""
-    data = resources.files("authgate").joinpath("data/common-passwords.txt.gz").read_bytes()
+    data = resources.files("authgate.factors").joinpath("data/common-passwords.txt.gz").read_bytes()
     return frozenset(gzip.decompress(data).decode().split("\n")) - {""}
 
 

@@ -36,8 +36,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from authgate.db import Database
-from authgate.models import Base, RateLimitCounter, UTCDateTime
+from authgate.store.db import Database
+from authgate.store.models import Base, RateLimitCounter, UTCDateTime
 
 __all__ = ["CounterStore", "Hit", "RedisCounters", "SqlCounters", "purge_counters"]
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import jwt
 
 if TYPE_CHECKING:
-    from authgate.jwks import SigningKeys
+    from authgate.tokens.jwks import SigningKeys
 
 __all__ = ["AccessClaims", "Keys", "TokenError", "digest", "new_opaque_token", "new_session_id"]
 

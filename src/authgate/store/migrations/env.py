@@ -1,11 +1,11 @@
-"""Alembic environment: runs on the connection that `authgate.db.upgrade_schema` passes in."""
+"""Alembic environment: runs on the connection that `authgate.store.db.upgrade_schema` passes in."""
 
 from __future__ import annotations
 
 from alembic import context
 
-from authgate.migrations import VERSION_TABLE
-from authgate.models import Base
+from authgate.store.migrations import VERSION_TABLE
+from authgate.store.models import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:

@@ -11,14 +11,14 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from authgate import events
-from authgate.emails import canonical_email, login_key
 from authgate.errors import EmailTaken, InvalidOneTimeToken, NotConfigured
-from authgate.limitstore import purge_counters
-from authgate.mail import MailSender, Purpose
-from authgate.models import User
-from authgate.service import Services
-from authgate.stores import SessionStore, TokenStore, UserStore, add_user
-from authgate.tokens import digest, new_opaque_token
+from authgate.factors.emails import canonical_email, login_key
+from authgate.mail.delivery import MailSender, Purpose
+from authgate.services.context import Services
+from authgate.store.limits import purge_counters
+from authgate.store.models import User
+from authgate.store.stores import SessionStore, TokenStore, UserStore, add_user
+from authgate.tokens.keys import digest, new_opaque_token
 
 __all__ = ["AccountService", "PurgeResult"]
 

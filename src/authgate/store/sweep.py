@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import and_, or_, select
 
-from authgate.db import Database
-from authgate.models import Session, User
+from authgate.store.db import Database
+from authgate.store.models import Session, User
 
 __all__ = ["Changes", "DatabaseChanges"]
 

@@ -12,9 +12,10 @@ from fastapi import APIRouter, Body, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from authgate.deps import CurrentUser, authenticated_user, client_ip
 from authgate.errors import InvalidRefreshToken
-from authgate.schemas import (
+from authgate.services.sessions import IssuedTokens
+from authgate.web.deps import CurrentUser, authenticated_user, client_ip
+from authgate.web.schemas import (
     EmailVerificationRequest,
     ErrorResponse,
     HealthResponse,
@@ -29,8 +30,7 @@ from authgate.schemas import (
     TokenResponse,
     UserResponse,
 )
-from authgate.sessions import IssuedTokens
-from authgate.transport import (
+from authgate.web.transport import (
     REFRESH_COOKIE,
     access_token_from,
     clear_auth_cookies,
@@ -41,7 +41,7 @@ from authgate.transport import (
 
 if TYPE_CHECKING:
     from authgate.app import AuthGate
-    from authgate.models import User
+    from authgate.store.models import User
 
 __all__ = ["auth_router", "health_router"]
 

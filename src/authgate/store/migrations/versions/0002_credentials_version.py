@@ -18,7 +18,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from authgate.models import UTCDateTime
+from authgate.store.models import UTCDateTime
 
 revision = "0002"
 down_revision = "0001"

@@ -207,7 +207,7 @@ def _current_and_head(connection: Connection) -> tuple[str | None, str | None]:
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    from authgate.migrations import VERSION_TABLE
+    from authgate.store.migrations import VERSION_TABLE
 
     script = ScriptDirectory.from_config(_alembic_config(connection))
     context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
@@ -259,7 +259,7 @@ def _sqlite_file(db: Database) -> Path:
 
 
 async def _at_head(db: Database) -> bool:
-    from authgate.migrations import HEAD_REVISION, VERSION_TABLE
+    from authgate.store.migrations import HEAD_REVISION, VERSION_TABLE
 
     if db.is_sqlite and not await asyncio.to_thread(_sqlite_file(db).exists):
         return False  # a new database (and maybe a new directory: the migration makes it)

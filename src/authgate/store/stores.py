@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
-from authgate.models import Base, OneTimeToken, RefreshToken, Session, User, UTCDateTime
+from authgate.store.models import Base, OneTimeToken, RefreshToken, Session, User, UTCDateTime
 
 __all__ = [
     "Credentials",

@@ -7,7 +7,7 @@ mailboxes (`sam@` spelt with a fullwidth or a long s took `sam@`; `victim@straß
 keeps logging in with the address it has (login computes the new key).
 
 The key function is a frozen copy of the rule as it stood at 0003, not an import of
-`authgate.emails`: a migration must mean the same thing when that module changes.
+`authgate.factors.emails`: a migration must mean the same thing when that module changes.
 
 The new key is finer than the old one, so it cannot create duplicates. Defensively, a row is
 never made to fail the migration: the rows whose key changes are first given a placeholder
@@ -36,7 +36,7 @@ down_revision = "0002"
 branch_labels = None
 depends_on = None
 
-log = logging.getLogger("authgate.migrations")
+log = logging.getLogger("authgate.store.migrations")
 
 #: Rows read (and placeholders written) per round trip.
 BATCH = 1000

@@ -41,7 +41,7 @@ def _config() -> AuthConfig:
 def _run(work: Callable[[Any], Awaitable[T]]) -> T:
     """Build authgate's services, apply migrations, run `work(gate)`, close everything."""
     from authgate.app import AuthGate
-    from authgate.db import upgrade_schema
+    from authgate.store.db import upgrade_schema
 
     async def runner() -> T:
         gate = AuthGate(_config())
@@ -84,7 +84,7 @@ def main() -> None:
 def _migrate(config: AuthConfig) -> None:
     """Apply pending migrations with nothing but a database connection (no gate: `serve` with
     one worker serves from this very process, and keeps what it allocated)."""
-    from authgate.db import Database, upgrade_schema
+    from authgate.store.db import Database, upgrade_schema
 
     async def runner() -> None:
         db = Database(config)
@@ -131,7 +131,7 @@ def _http_protocol(config: AuthConfig) -> dict[str, Any]:
     """uvicorn's httptools protocol with a read timeout and a head limit (`http_server`); on
     a platform without httptools, h11, whose only limit is the size of an incomplete head."""
     try:
-        from authgate.http_server import protocol_factory
+        from authgate.web.server import protocol_factory
     except ImportError:  # pragma: no cover - httptools comes with uvicorn[standard]
         logging.getLogger("authgate").warning(
             "httptools is not installed: serving with h11, without a read timeout; "
@@ -172,7 +172,7 @@ def db() -> None:
 @db.command("upgrade")
 def db_upgrade() -> None:
     """Apply pending schema migrations."""
-    from authgate.db import upgrade_schema
+    from authgate.store.db import upgrade_schema
 
     async def work(gate: Any) -> bool:
         return await upgrade_schema(gate.services.db)
@@ -193,9 +193,9 @@ def users() -> None:
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
 def users_create(email: str, superuser: bool, verified: bool, password_stdin: bool) -> None:
     """Create a user (prompts for the password)."""
-    from authgate.emails import EmailProblem, canonical_email
     from authgate.errors import EmailTaken
-    from authgate.passwords import normalise, password_problem
+    from authgate.factors.emails import EmailProblem, canonical_email
+    from authgate.factors.passwords import normalise, password_problem
 
     try:
         canonical_email(email)
@@ -235,7 +235,7 @@ def _set_active(email: str, active: bool) -> None:
     state = "activated" if active else "deactivated (all sessions revoked)"
     click.echo(f"user {user.id} <{user.email}> {state}")
     if config.cache_url is None and config.database_url is not None:
-        from authgate.statecache import SWEEP_INTERVAL, SWEEP_LEASE
+        from authgate.cache.state import SWEEP_INTERVAL, SWEEP_LEASE
 
         # Workers with a cache were not told; they find the change in the database.
         click.echo(

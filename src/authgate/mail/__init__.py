@@ -1,0 +1,1 @@
+"""Mail: rendering and SMTP delivery."""

@@ -1,0 +1,1 @@
+"""The flows: plain values in, dataclasses out. No web framework, no SQL."""

@@ -1,0 +1,1 @@
+"""Tokens: access JWTs and their keys (JWKS), CSRF values, opaque one-time and refresh tokens."""
