@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from authgate import AuthConfig
-from authgate.config import ensure_secret_key
+from authgate.datadir import ensure_secret_key
 from authgate.store.db import database_url
 
 SECRET = "a-secret-key-that-is-long-enough-0123456789"
@@ -305,7 +305,7 @@ def test_describe_never_includes_a_url_password(database: str, cache: str) -> No
     ],
 )
 def test_redact_url_hides_every_credential(url: str, shown: str) -> None:
-    from authgate.config import _redact_url
+    from authgate.events import redact_url as _redact_url
 
     assert _redact_url(url) == shown
     assert "hunter2" not in shown

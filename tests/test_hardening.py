@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from sqlalchemy import func, select
 
 from authgate import AuthConfig, create_app
-from authgate.config import ConfigError, ensure_secret_key
+from authgate.config import ConfigError
+from authgate.datadir import ensure_secret_key
 from authgate.store.db import Database
 from authgate.store.models import User
 from authgate.store.stores import UserStore

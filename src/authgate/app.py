@@ -32,7 +32,8 @@ from authgate import events
 from authgate.cache.base import Cache, RedisCache, open_cache
 from authgate.cache.ratelimit import Limits, RateLimiter
 from authgate.cache.state import SWEEP_MARGIN, StateCache
-from authgate.config import AuthConfig, ensure_secret_key
+from authgate.config import AuthConfig
+from authgate.datadir import ensure_secret_key
 from authgate.errors import AuthError, PayloadTooLarge, ServiceUnavailable
 from authgate.factors.passwords import PasswordHashing, common_passwords
 from authgate.mail.delivery import make_senders

@@ -8,11 +8,6 @@ keyword arguments, plus the two sender callables that have no environment form.
 from __future__ import annotations
 
 import logging
-import os
-import re
-import secrets
-import stat
-import time
 from collections.abc import Awaitable, Callable
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
@@ -21,14 +16,9 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = [
-    "AuthConfig",
-    "ConfigError",
-    "SenderFn",
-    "ensure_private_dir",
-    "ensure_secret_key",
-    "write_once",
-]
+from authgate.events import redact_url
+
+__all__ = ["AuthConfig", "ConfigError", "SenderFn"]
 
 logger = logging.getLogger("authgate")
 
@@ -39,7 +29,6 @@ SenderFn = Callable[[str, str], Awaitable[None] | None]
 MIN_SECRET_KEY_LENGTH = 32
 #: "aaaa…" or "changeme-changeme-…" are long but guessable: ask for some variety too.
 MIN_SECRET_KEY_DISTINCT = 10
-SECRET_KEY_FILE = "secret_key"  # a file name  # noqa: S105  # nosec B105
 
 
 class AuthConfig(BaseSettings):
@@ -298,8 +287,8 @@ class AuthConfig(BaseSettings):
     def describe(self) -> dict[str, Any]:
         """Settings safe to log: no secret, no password in a URL."""
         return {
-            "database": _redact_url(self.database_url) if self.database_url else "embedded sqlite",
-            "cache": _redact_url(self.cache_url) if self.cache_url else "in-process memory",
+            "database": redact_url(self.database_url) if self.database_url else "embedded sqlite",
+            "cache": redact_url(self.cache_url) if self.cache_url else "in-process memory",
             "prefix": self.prefix or "/",
             "smtp": "configured" if self.smtp_url else "not configured",
         }
@@ -322,106 +311,3 @@ def _unmapped(network: IPv4Network | IPv6Network) -> IPv4Network | IPv6Network:
         assert mapped is not None
         return IPv4Network((mapped, network.prefixlen - 96))
     return network
-
-
-# What may follow the userinfo's `@`: a host list and a path (neither with `@ ? # = & ;`),
-# a query, a fragment. Secrets can only be in the userinfo, the query values, the fragment.
-_AFTER_USERINFO = re.compile(
-    r"(?P<host>[^@/?#=&;\s]*)(?P<path>/[^@?#=;&]*)?(?:\?(?P<query>[^#]*))?(?:#.*)?"
-)
-
-
-def _redact_url(url: str) -> str:
-    """The URL less everything that can carry a credential: the userinfo, the value of every
-    query parameter and the fragment (`postgresql://***@db:5432/app?sslpassword=***`).
-
-    Passwords are often written unescaped, with `@ / ? #` in them, so where the userinfo ends
-    is not always decidable. Every `@` (and none) is tried; when more than one reading is a
-    valid URL the host itself might be part of a secret, and only the scheme is shown.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return "<unparseable url>"
-    readings = []
-    for at in [-1, *(i for i, char in enumerate(rest) if char == "@")]:
-        match = _AFTER_USERINFO.fullmatch(rest, at + 1)
-        if match is not None:
-            readings.append((at >= 0, match))
-    if len(readings) != 1:
-        return f"{scheme}://***"
-    has_userinfo, match = readings[0]
-    out = f"{scheme}://{'***@' if has_userinfo else ''}{match['host']}{match['path'] or ''}"
-    if match["query"] is not None:
-        names = (part.partition("=") for part in re.split("[&;]", match["query"]))
-        out += "?" + "&".join(f"{name}=***" if eq else "***" for name, eq, _ in names)
-    return out
-
-
-def ensure_secret_key(config: AuthConfig) -> AuthConfig:
-    """Return `config` with a secret key, generating one in the data dir when none is set.
-
-    The key file is created with O_EXCL and mode 0600, so when several workers start at once
-    exactly one writes it and the others read that one. A key that is set explicitly is used
-    as it is and nothing is written.
-    """
-    if config.secret_key is not None:
-        return config
-    if not config.embedded:
-        # Several workers and hosts share one database; a key generated on each would make
-        # every host refuse the others' tokens.
-        raise ConfigError(
-            "AUTHGATE_SECRET_KEY must be set when DATABASE_URL is set (every worker and host "
-            "needs the same key); generate one with: "
-            "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
-        )
-    path = config.data_dir / SECRET_KEY_FILE
-    data, created = write_once(
-        path,
-        secrets.token_urlsafe(48).encode(),
-        complete=lambda d: len(d.strip()) >= MIN_SECRET_KEY_LENGTH,
-    )
-    key = data.decode().strip()
-    if created:
-        logger.warning(
-            "generated a new secret key in %s (development setup); "
-            "set AUTHGATE_SECRET_KEY in production",
-            path,
-        )
-    return config.model_copy(update={"secret_key": SecretStr(key)})
-
-
-def write_once(path: Path, data: bytes, *, complete: Callable[[bytes], bool]) -> tuple[bytes, bool]:
-    """Create `path` holding `data` (mode 0600) unless it exists; (contents, created).
-
-    O_EXCL makes exactly one of several workers starting at once the writer; the others wait
-    (bounded) until its file is `complete` and use that, so they all share one key.
-    """
-    ensure_private_dir(path.parent)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        for _ in range(50):
-            existing = path.read_bytes()
-            if complete(existing):
-                return existing, False
-            time.sleep(0.02)
-        raise ConfigError(f"{path} is incomplete; delete it to generate a new one") from None
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return data, True
-
-
-def ensure_private_dir(path: Path) -> None:
-    """Create the data directory with mode 0700, or take an existing one down to 0700.
-
-    It holds the embedded database and the generated keys: no other local user may list or
-    open them. A directory that was wider is fixed with a warning (authgate may be the only
-    program that uses it; anything else should not be in it).
-    """
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        os.chmod(path, 0o700)
-        logger.warning("data directory %s was mode %04o; now 0700", path, mode)

@@ -127,3 +127,36 @@ class AccessLogFilter(logging.Filter):
                 for arg in args
             )
         return True
+
+
+# What may follow the userinfo's `@`: a host list and a path (neither with `@ ? # = & ;`),
+# a query, a fragment. Secrets can only be in the userinfo, the query values, the fragment.
+_AFTER_USERINFO = re.compile(
+    r"(?P<host>[^@/?#=&;\s]*)(?P<path>/[^@?#=;&]*)?(?:\?(?P<query>[^#]*))?(?:#.*)?"
+)
+
+
+def redact_url(url: str) -> str:
+    """The URL less everything that can carry a credential: the userinfo, the value of every
+    query parameter and the fragment (`postgresql://***@db:5432/app?sslpassword=***`).
+
+    Passwords are often written unescaped, with `@ / ? #` in them, so where the userinfo ends
+    is not always decidable. Every `@` (and none) is tried; when more than one reading is a
+    valid URL the host itself might be part of a secret, and only the scheme is shown.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "<unparseable url>"
+    readings = []
+    for at in [-1, *(i for i, char in enumerate(rest) if char == "@")]:
+        match = _AFTER_USERINFO.fullmatch(rest, at + 1)
+        if match is not None:
+            readings.append((at >= 0, match))
+    if len(readings) != 1:
+        return f"{scheme}://***"
+    has_userinfo, match = readings[0]
+    out = f"{scheme}://{'***@' if has_userinfo else ''}{match['host']}{match['path'] or ''}"
+    if match["query"] is not None:
+        names = (part.partition("=") for part in re.split("[&;]", match["query"]))
+        out += "?" + "&".join(f"{name}=***" if eq else "***" for name, eq, _ in names)
+    return out

@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
-from authgate.config import AuthConfig, ConfigError, ensure_secret_key
+from authgate.config import AuthConfig, ConfigError
+from authgate.datadir import ensure_secret_key
 
 __all__ = ["main"]
 

@@ -33,7 +33,8 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from authgate.config import AuthConfig, ensure_private_dir
+from authgate.config import AuthConfig
+from authgate.datadir import ensure_private_dir
 
 __all__ = ["Database", "database_url", "upgrade_schema"]
 

@@ -26,7 +26,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm
 
-from authgate.config import AuthConfig, ConfigError, write_once
+from authgate.config import AuthConfig, ConfigError
+from authgate.datadir import write_once
 
 __all__ = ["SigningKeys", "load_signing_keys"]
 
