@@ -53,7 +53,7 @@ def hash_ceiling(seconds: float) -> float:
     """argon2id hashes per second at authgate's parameters, one thread per core."""
     from argon2 import PasswordHasher
 
-    from authgate.factors.passwords import ARGON2_MEMORY_KIB, ARGON2_PARALLELISM, ARGON2_TIME_COST
+    from authgate.factors.hashing import ARGON2_MEMORY_KIB, ARGON2_PARALLELISM, ARGON2_TIME_COST
 
     hasher = PasswordHasher(
         time_cost=ARGON2_TIME_COST, memory_cost=ARGON2_MEMORY_KIB, parallelism=ARGON2_PARALLELISM

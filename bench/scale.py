@@ -42,7 +42,7 @@ BATCH = 200_000
 async def load(db: str, users: int, sessions: int, per_session: int) -> dict[str, float]:
     from argon2 import PasswordHasher
 
-    from authgate.factors.passwords import ARGON2_MEMORY_KIB, ARGON2_PARALLELISM, ARGON2_TIME_COST
+    from authgate.factors.hashing import ARGON2_MEMORY_KIB, ARGON2_PARALLELISM, ARGON2_TIME_COST
     from authgate.store.models import RefreshToken, Session, User
 
     hasher = PasswordHasher(

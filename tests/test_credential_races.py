@@ -23,7 +23,7 @@ from argon2 import PasswordHasher
 from sqlalchemy import func, select, update
 
 from authgate import create_app
-from authgate.factors.passwords import PasswordHashing
+from authgate.factors.hashing import PasswordHashing
 from authgate.store.models import RefreshToken, Session, User
 from tests.conftest import (
     PASSWORD,

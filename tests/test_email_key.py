@@ -30,12 +30,8 @@ from sqlalchemy import Connection, select, text
 
 import authgate.store.migrations
 from authgate import create_app
-from authgate.factors.passwords import (
-    ARGON2_MEMORY_KIB,
-    ARGON2_PARALLELISM,
-    ARGON2_TIME_COST,
-    normalise,
-)
+from authgate.factors.hashing import ARGON2_MEMORY_KIB, ARGON2_PARALLELISM, ARGON2_TIME_COST
+from authgate.factors.password_rules import normalise
 from authgate.store.db import Database, upgrade_schema
 from authgate.store.models import User
 from tests.conftest import (

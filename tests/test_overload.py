@@ -78,7 +78,7 @@ async def test_refused_registrations_store_nothing(backend: Backend, clock: Fake
 
 
 def test_queue_bound_follows_the_measured_hash_time() -> None:
-    from authgate.factors.passwords import PasswordHashing
+    from authgate.factors.hashing import PasswordHashing
 
     hashing = PasswordHashing(max_concurrency=2, max_wait=0.5)
     assert 0.001 <= hashing.seconds_per_hash <= 5.0
@@ -93,7 +93,7 @@ def test_queue_bound_follows_the_measured_hash_time() -> None:
 
 
 async def test_the_average_follows_real_hash_times() -> None:
-    from authgate.factors.passwords import PasswordHashing
+    from authgate.factors.hashing import PasswordHashing
 
     hashing = PasswordHashing(max_concurrency=1, max_wait=0.5)
     hashing.seconds_per_hash = 5.0  # as if the last hashes had been very slow
@@ -105,7 +105,7 @@ async def test_the_average_follows_real_hash_times() -> None:
 async def test_hashes_run_on_the_hash_threads_and_a_cancelled_one_never_runs() -> None:
     import threading
 
-    from authgate.factors.passwords import PasswordHashing
+    from authgate.factors.hashing import PasswordHashing
 
     hashing = PasswordHashing(max_concurrency=1, max_wait=30)
     release = threading.Event()
@@ -140,7 +140,7 @@ def test_every_hash_runs_on_a_hash_thread_the_start_up_hash_too(monkeypatch: Any
 
     from argon2 import PasswordHasher
 
-    from authgate.factors.passwords import PasswordHashing
+    from authgate.factors.hashing import PasswordHashing
 
     threads: list[str] = []
     real = PasswordHasher.hash
@@ -158,7 +158,7 @@ def test_every_hash_runs_on_a_hash_thread_the_start_up_hash_too(monkeypatch: Any
 def test_all_hash_threads_start_with_the_gate() -> None:
     # Started now, each gets a malloc arena of its own instead of, under load, the event
     # loop's (see passwords._start_threads).
-    from authgate.factors.passwords import PasswordHashing
+    from authgate.factors.hashing import PasswordHashing
 
     hashing = PasswordHashing(max_concurrency=3)
     names = sorted(t.name for t in hashing._pool._threads)

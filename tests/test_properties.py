@@ -28,6 +28,7 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from authgate import create_app
+from authgate.errors import PasswordRejected
 from authgate.factors.emails import (
     MAX_EMAIL_LENGTH,
     EmailProblem,
@@ -35,14 +36,14 @@ from authgate.factors.emails import (
     email_key,
     login_key,
 )
-from authgate.factors.passwords import (
+from authgate.factors.password_rules import (
     MAX_PASSWORD_BYTES,
     MIN_PASSWORD_CHARS,
+    check_new_password,
     common_passwords,
     normalise,
     password_problem,
 )
-from authgate.web.schemas import PasswordResetConfirm, RegisterRequest
 from tests.conftest import Backend, make_config, running
 
 UNIT = settings(max_examples=200, deadline=None, derandomize=True, database=None)
@@ -413,8 +414,8 @@ def test_over_seventy_two_bytes_is_refused_not_truncated(raw: str) -> None:
     normalised = normalise(raw)
     if len(normalised.encode()) > MAX_PASSWORD_BYTES:
         assert password_problem(normalised) is not None
-        # Not truncated anywhere on the way in either: the model refuses it too.
-        assert not _model_accepts(raw)
+        # Not truncated anywhere on the way in either: what the services call refuses it too.
+        assert not _rules_accept(raw)
 
 
 @UNIT
@@ -431,28 +432,27 @@ def test_rules_are_applied_to_the_nfkc_form(raw: str) -> None:
     note(f"raw={raw!r}")
     normalised = normalise(raw)
     assert (password_problem(normalised) is None) == acceptable(normalised)
-    assert _model_accepts(raw) == acceptable(normalised)
+    assert _rules_accept(raw) == acceptable(normalised)
     if acceptable(normalised):
-        request = RegisterRequest(email="ann@example.com", password=raw)
-        assert request.password == normalised
-        confirm = PasswordResetConfirm(token="t", new_password=raw)
-        assert confirm.new_password == normalised
+        # What register and reset confirm store a hash of (both call check_new_password).
+        assert check_new_password(raw) == normalised
 
 
 def test_nfkc_changes_the_length_both_ways() -> None:
     """The two directions `test_rules_are_applied_to_the_nfkc_form` relies on, pinned."""
     expands = "ﬃ" * 3  # 3 characters; NFKC "ffiffiffi", 9
     assert len(expands) < MIN_PASSWORD_CHARS <= len(normalise(expands))
-    assert _model_accepts(expands)
+    assert _rules_accept(expands)
     shrinks = "e\u0301" * 4  # 8 code points; NFKC "éééé", 4
     assert len(normalise(shrinks)) < MIN_PASSWORD_CHARS <= len(shrinks)
-    assert not _model_accepts(shrinks)
+    assert not _rules_accept(shrinks)
 
 
-def _model_accepts(raw: str) -> bool:
+def _rules_accept(raw: str) -> bool:
+    """What register and reset confirm accept: both call `check_new_password`."""
     try:
-        RegisterRequest(email="ann@example.com", password=raw)
-    except ValueError:  # pydantic's ValidationError is a ValueError
+        check_new_password(raw)
+    except PasswordRejected:
         return False
     return True
 

@@ -18,7 +18,8 @@ from authgate.cache.ratelimit import Limits, RateLimiter
 from authgate.cache.state import SWEEP_MARGIN, StateCache
 from authgate.config import AuthConfig
 from authgate.datadir import ensure_secret_key
-from authgate.factors.passwords import PasswordHashing, common_passwords
+from authgate.factors.hashing import PasswordHashing
+from authgate.factors.password_rules import common_passwords
 from authgate.mail.delivery import make_senders
 from authgate.services.accounts import AccountService
 from authgate.services.context import Background, Clock, Services, utcnow

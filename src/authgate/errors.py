@@ -123,6 +123,9 @@ class PayloadTooLarge(AuthError):
 
 
 class PasswordRejected(AuthError):
+    """A new password breaks a password rule; `detail` says which (a fixed sentence of
+    `password_problem`, never the password). The routes answer it as the request body's 422."""
+
     status_code = 422
     code = "password_rejected"
     detail = "The password does not meet the password rules."

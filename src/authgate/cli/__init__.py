@@ -194,9 +194,9 @@ def users() -> None:
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
 def users_create(email: str, superuser: bool, verified: bool, password_stdin: bool) -> None:
     """Create a user (prompts for the password)."""
-    from authgate.errors import EmailTaken
+    from authgate.errors import EmailTaken, PasswordRejected
     from authgate.factors.emails import EmailProblem, canonical_email
-    from authgate.factors.passwords import normalise, password_problem
+    from authgate.factors.password_rules import check_new_password
 
     try:
         canonical_email(email)
@@ -209,10 +209,11 @@ def users_create(email: str, superuser: bool, verified: bool, password_stdin: bo
         raise click.ClickException("no terminal to ask for the password; use --password-stdin")
     else:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
-    password = normalise(password)
-    problem = password_problem(password)
-    if problem is not None:
-        raise click.ClickException(problem)
+    try:
+        # The service checks it again; asked here too, so a refusal comes before any database.
+        check_new_password(password)
+    except PasswordRejected as exc:
+        raise click.ClickException(exc.detail) from None
 
     async def work(gate: Any) -> Any:
         try:

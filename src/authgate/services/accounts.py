@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from authgate import events
 from authgate.errors import EmailTaken, InvalidOneTimeToken, NotConfigured
 from authgate.factors.emails import canonical_email, login_key
+from authgate.factors.password_rules import check_new_password
 from authgate.mail.delivery import MailSender, Purpose
 from authgate.services.context import Services
 from authgate.store.limits import purge_counters
@@ -53,7 +54,9 @@ class AccountService:
         is_superuser: bool = False,
         email_verified: bool = False,
     ) -> User:
-        """Create an account. `password` must already satisfy the rules (schemas check it)."""
+        """Create an account; `PasswordRejected` (before anything is counted or stored) when
+        `password` breaks the password rules."""
+        password = check_new_password(password)
         if client_ip is not None:
             await self.sv.limiter.hit("register_per_ip", client_ip)
         self.sv.hashing.check_admission()
@@ -113,6 +116,9 @@ class AccountService:
         await sender.send(user.email, token)
 
     async def confirm_password_reset(self, token: str, new_password: str) -> None:
+        """Set the password the token was mailed for; `PasswordRejected` (the token unspent)
+        when `new_password` breaks the password rules."""
+        new_password = check_new_password(new_password)
         token_digest = digest(token)
         now = self.sv.clock()
         # Look before hashing, so random tokens cost a lookup, not an argon2 hash.

@@ -15,7 +15,7 @@ from typing import Any
 from authgate.cache.ratelimit import RateLimiter
 from authgate.cache.state import StateCache
 from authgate.config import AuthConfig
-from authgate.factors.passwords import PasswordHashing
+from authgate.factors.hashing import PasswordHashing
 from authgate.mail.delivery import MailSender, Purpose
 from authgate.store.db import Database
 from authgate.tokens.keys import Keys

@@ -16,7 +16,7 @@ from authgate.errors import (
     RefreshTokenReused,
 )
 from authgate.factors.emails import login_key
-from authgate.factors.passwords import normalise
+from authgate.factors.password_rules import normalise
 from authgate.services.context import Services
 from authgate.store.models import User
 from authgate.store.stores import (

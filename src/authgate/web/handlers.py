@@ -19,9 +19,9 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from authgate.errors import AuthError, ServiceUnavailable
+from authgate.errors import AuthError, PasswordRejected, ServiceUnavailable
 
-__all__ = ["error_response", "install_error_handlers"]
+__all__ = ["error_response", "install_error_handlers", "rejected_password"]
 
 logger = logging.getLogger("authgate")
 
@@ -55,6 +55,14 @@ def error_response(
     if status == 401:
         out.setdefault("WWW-Authenticate", "Bearer")
     return JSONResponse({"detail": detail, "code": code}, status_code=status, headers=out)
+
+
+def rejected_password(field: str, exc: PasswordRejected) -> RequestValidationError:
+    """The service's refusal of a new password as the 422 the request body's validation gave
+    when the rule sat in the schema: the same item, at the same place, with the same text."""
+    return RequestValidationError(
+        [{"type": "value_error", "loc": ("body", field), "msg": f"Value error, {exc.detail}"}]
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -7,7 +7,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from authgate.factors.emails import MAX_EMAIL_LENGTH, EmailProblem, canonical_email
-from authgate.factors.passwords import normalise, password_problem
 
 __all__ = [
     "EmailVerificationRequest",
@@ -26,7 +25,8 @@ __all__ = [
 ]
 
 # Generous caps: long enough for any real value, short enough that nothing expensive (argon2,
-# a database lookup) ever runs on megabytes of attacker input.
+# a database lookup) ever runs on megabytes of attacker input. The password rules themselves
+# are the services' (factors/password_rules.py): the routes turn their refusal into the 422.
 EmailField = Annotated[
     str, Field(max_length=MAX_EMAIL_LENGTH, json_schema_extra={"format": "email"})
 ]
@@ -36,14 +36,6 @@ TokenField = Annotated[str, Field(min_length=1, max_length=512)]
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore", str_strip_whitespace=False)
-
-
-def _new_password(value: str) -> str:
-    value = normalise(value)
-    problem = password_problem(value)
-    if problem is not None:
-        raise ValueError(problem)
-    return value
 
 
 class RegisterRequest(_Request):
@@ -59,8 +51,6 @@ class RegisterRequest(_Request):
             return canonical_email(value)[0]
         except EmailProblem as exc:
             raise ValueError(f"Invalid email address: {exc}") from None
-
-    _password = field_validator("password")(_new_password)
 
 
 class LoginRequest(_Request):
@@ -83,8 +73,6 @@ class PasswordResetRequest(_Request):
 class PasswordResetConfirm(_Request):
     token: TokenField
     new_password: SecretField
-
-    _password = field_validator("new_password")(_new_password)
 
 
 class EmailVerificationRequest(_Request):

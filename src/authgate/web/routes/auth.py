@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body, Request, Response
 
-from authgate.errors import InvalidRefreshToken
+from authgate.errors import InvalidRefreshToken, PasswordRejected
 from authgate.services.sessions import IssuedTokens
 from authgate.web.deps import authenticated_user, client_ip
+from authgate.web.handlers import rejected_password
 from authgate.web.routes.base import NO_STORE, StrictJsonRoute, error_responses, no_store
 from authgate.web.schemas import (
     LoginRequest,
@@ -55,7 +56,12 @@ def auth_router(gate: AuthGate) -> APIRouter:
         responses=error_responses(400, 409, 413, 429),
     )
     async def register(body: RegisterRequest, request: Request, response: Response) -> Any:
-        user = await gate.accounts.register(body.email, body.password, client_ip=client_ip(request))
+        try:
+            user = await gate.accounts.register(
+                body.email, body.password, client_ip=client_ip(request)
+            )
+        except PasswordRejected as exc:
+            raise rejected_password("password", exc) from None
         no_store(response)
         return user  # validated once, by response_model
 

@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 
+from authgate.errors import PasswordRejected
 from authgate.web.deps import CurrentUser, client_ip
+from authgate.web.handlers import rejected_password
 from authgate.web.routes.base import StrictJsonRoute, error_responses
 from authgate.web.schemas import (
     EmailVerificationRequest,
@@ -41,7 +43,10 @@ def email_router(gate: AuthGate) -> APIRouter:
         responses=error_responses(400, 413),
     )
     async def password_reset_confirm(body: PasswordResetConfirm) -> Any:
-        await gate.accounts.confirm_password_reset(body.token, body.new_password)
+        try:
+            await gate.accounts.confirm_password_reset(body.token, body.new_password)
+        except PasswordRejected as exc:
+            raise rejected_password("new_password", exc) from None
         return MessageResponse(message="The password has been reset.")
 
     @router.post(

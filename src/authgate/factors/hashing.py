@@ -1,24 +1,14 @@
-"""Password rules and argon2id hashing, off the event loop.
-
-Rules (interface §8, contract §4): at least 8 characters and at most 72 bytes of UTF-8, any
-characters, never truncated, and not one of the 30,000 most common passwords (case-folded).
-Passwords are NFKC-normalised first, on every path (register, login, reset), so the same
-password typed on two keyboards is the same password.
-"""
+"""argon2id hashing, off the event loop: the executor every hash and verify runs on."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
-import gzip
 import os
 import secrets
 import threading
 import time
-import unicodedata
 from collections.abc import Callable
-from importlib import resources
 from typing import TypeVar
 
 from argon2 import PasswordHasher
@@ -28,43 +18,12 @@ from authgate.errors import Busy
 
 T = TypeVar("T")
 
-__all__ = ["MAX_PASSWORD_BYTES", "MIN_PASSWORD_CHARS", "PasswordHashing", "password_problem"]
-
-MIN_PASSWORD_CHARS = 8
-MAX_PASSWORD_BYTES = 72
+__all__ = ["ARGON2_MEMORY_KIB", "ARGON2_PARALLELISM", "ARGON2_TIME_COST", "PasswordHashing"]
 
 # OWASP Password Storage Cheat Sheet, argon2id minimum: m=19 MiB, t=2, p=1.
 ARGON2_MEMORY_KIB = 19_456
 ARGON2_TIME_COST = 2
 ARGON2_PARALLELISM = 1
-
-
-def normalise(password: str) -> str:
-    return unicodedata.normalize("NFKC", password)
-
-
-def password_problem(password: str) -> str | None:
-    """Why a new password is refused, or None. Expects the normalised password."""
-    if len(password) < MIN_PASSWORD_CHARS:
-        return f"The password must be at least {MIN_PASSWORD_CHARS} characters long."
-    try:
-        size = len(password.encode("utf-8"))
-    except UnicodeEncodeError:  # lone surrogates cannot be stored or typed again
-        return "The password contains characters that cannot be encoded."
-    if size > MAX_PASSWORD_BYTES:
-        return f"The password must be at most {MAX_PASSWORD_BYTES} bytes in UTF-8."
-    if password.casefold() in common_passwords():
-        # NIST SP 800-63B §3.1.1.2: refuse values from lists of commonly used passwords.
-        return "This password is one of the most commonly used passwords; choose another."
-    return None
-
-
-@functools.cache
-def common_passwords() -> frozenset[str]:
-    """The 30,000 most common passwords, NFKC-normalised and case-folded (shipped data; see
-    scripts/make-blocklist for where it comes from)."""
-    data = resources.files("authgate.factors").joinpath("data/common-passwords.txt.gz").read_bytes()
-    return frozenset(gzip.decompress(data).decode().split("\n")) - {""}
 
 
 def _start_threads(pool: concurrent.futures.ThreadPoolExecutor, n: int) -> None:
