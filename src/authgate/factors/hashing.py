@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import random
 import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -89,6 +91,8 @@ class PasswordHashing:
         # thread, like every other hash (see _start_threads).
         self._dummy_hash, took = self._pool.submit(self._measured_hash).result()
         self.seconds_per_hash = took
+        #: Durations of the latest hashes at the current parameters (see `verify`).
+        self._recent: deque[float] = deque([took], maxlen=64)
         self._concurrency = concurrency
         self._max_wait = max_wait
         self._pending = 0
@@ -120,7 +124,11 @@ class PasswordHashing:
         # Not representative of the current cost: kept out of the moving average.
         ok, took = await self._admit(self._verify_timed, stored_hash, password, measure=False)
         if not ok:
-            await asyncio.sleep(max(0.0, self.seconds_per_hash - took))
+            # As long as a hash at the current parameters takes: one of the latest such
+            # durations drawn at random, so the answer times follow their distribution
+            # (under load a mean or a median would not).
+            current = random.choice(self._recent)  # noqa: S311  # nosec B311 (no secret)
+            await asyncio.sleep(max(0.0, current - took))
         return ok
 
     def check_admission(self) -> None:
@@ -154,6 +162,7 @@ class PasswordHashing:
                 took = _seconds_since(started)
                 # Exponential moving average; a lost update between two threads is harmless.
                 self.seconds_per_hash = 0.8 * self.seconds_per_hash + 0.2 * took
+                self._recent.append(took)
 
     def _measured_hash(self) -> tuple[str, float]:
         started = time.perf_counter()

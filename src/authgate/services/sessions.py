@@ -140,15 +140,14 @@ class SessionService:
 
     async def refresh(self, token: str, *, csrf: str | None = None) -> IssuedTokens:
         """Rotate `token`. `csrf` is the double-submitted value when the token came from a
-        cookie: it must be bound to the token's own session."""
+        cookie: it must be bound to the token's own session (`require_csrf`)."""
         token_digest = digest(token)
         if csrf is not None:
             async with self.sv.db.read() as s:
                 owner = await SessionStore(s).refresh_owner(token_digest)
             if owner is None:
                 raise InvalidRefreshToken()
-            if not self.sv.keys.check_csrf(csrf, owner[0]):
-                raise CsrfFailed()
+            self.require_csrf(csrf, owner[0])
 
         now = self.sv.clock()
         new_refresh = new_opaque_token()
@@ -292,6 +291,17 @@ class SessionService:
         if cache is not None:
             cache.local.put(generation, claims.session_id, user, expires_at)
         return user, claims
+
+    def require_csrf(self, csrf: str, session_id: str) -> None:
+        """The CSRF binding, for both cookie paths (an unsafe request on the access cookie, and
+        refresh on the refresh cookie): the double-submitted value must be the one issued for
+        the session acted on (signed double submit, OWASP CSRF Cheat Sheet), else `CsrfFailed`.
+
+        Checked here, not at the edge: the session is the service's to resolve (a refresh
+        token's session is only known from the store), and the value is issued here (`_issue`).
+        The edge keeps the transport half: the header must equal the cookie."""
+        if not self.sv.keys.check_csrf(csrf, session_id):
+            raise CsrfFailed()
 
     def _refresh_end(self, now: datetime, session_end: datetime | None) -> datetime:
         end = now + timedelta(seconds=self.sv.config.refresh_ttl)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
-from authgate.errors import CsrfFailed, NotAuthenticated
+from authgate.errors import NotAuthenticated
 from authgate.store.models import User
 from authgate.web.transport import UNSAFE_METHODS, access_token_from, require_csrf_header
 
@@ -48,9 +48,7 @@ async def authenticated_user(gate: AuthGate, request: Request) -> User:
         raise NotAuthenticated()
     user, claims = await gate.sessions.authenticate(token)
     if via_cookie and request.method in UNSAFE_METHODS:
-        csrf = require_csrf_header(request)
-        if not gate.services.keys.check_csrf(csrf, claims.session_id):
-            raise CsrfFailed()
+        gate.sessions.require_csrf(require_csrf_header(request), claims.session_id)
     return user
 
 
