@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from authgate.cache.base import Cache, RedisCache, open_cache
-from authgate.cache.ratelimit import Limits, RateLimiter
+from authgate.cache.ratelimit import RateLimiter, budgets_from
 from authgate.cache.state import SWEEP_MARGIN, StateCache
 from authgate.config import AuthConfig
 from authgate.datadir import ensure_secret_key
@@ -148,15 +148,7 @@ def _rate_limiter(cfg: AuthConfig, cache: Cache, db: Database, clock: Clock) -> 
         )
     return RateLimiter(
         store,
-        Limits(
-            login_per_ip=cfg.login_limit_per_ip,
-            login_failures_per_account=cfg.login_failure_limit,
-            login_failures_per_address=cfg.login_failure_limit_per_address,
-            register_per_ip=cfg.register_limit_per_ip,
-            reset_per_ip=cfg.reset_limit_per_ip,
-            reset_per_account=cfg.reset_limit_per_account,
-            verify_per_ip=cfg.verify_limit_per_ip,
-        ),
+        budgets_from(cfg),
         secret=cfg.secret(),
         clock=clock,
         address_key=functools.partial(rate_limit_address, v6_prefix=cfg.ipv6_rate_limit_prefix),

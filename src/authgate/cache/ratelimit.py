@@ -1,21 +1,23 @@
-"""Rate limits: fixed-window counters in a store every worker shares (`limitstore.py`: the
+"""Rate limits: fixed-window counters in a store every worker shares (`store/limits.py`: the
 database without a cache, Redis with `CACHE_URL`), so `serve --workers N` and several hosts
 count together instead of each worker granting the whole budget.
 
-Policies, all keyed by keyed digests (HMAC under a key derived from the secret key), so that
-neither the store nor a backup of it names an email or an address:
+The policies are `POLICIES`, one `Policy` each, all keyed by keyed digests (HMAC under a key
+derived from the secret key), so that neither the store nor a backup of it names an email or
+an address:
 
-- login: attempts per client address;
+- `LOGIN_PER_IP`: login attempts per client address;
 - failed logins, progressive rather than a hard lock (see `login_attempt`):
-  per (email, client address) a small budget whose window doubles each time it is spent,
-  and per email a larger budget across all addresses that stops distributed guessing.
-  Both count whether or not an account exists; a success clears them; a password reset
-  (or any change of the account's credentials) starts them afresh. The slot is reserved
-  atomically before the password is verified and given back when the request is not an
-  attempt, so a concurrent burst tests exactly the budget;
-- register, password-reset and email-verification requests per client address;
-- password-reset requests per account: over the limit the answer is the same 200 and no mail
-  goes out, so the limit is no oracle.
+  `LOGIN_FAILURES_PER_ADDRESS`, per (email, client address), a small budget whose window
+  doubles each time it is spent, and `LOGIN_FAILURES_PER_ACCOUNT`, per email across all
+  addresses, a larger budget that stops distributed guessing. Both count whether or not an
+  account exists; a success clears them; a password reset (or any change of the account's
+  credentials) starts them afresh. The slot is reserved atomically before the password is
+  verified and given back when the request is not an attempt, so a concurrent burst tests
+  exactly the budget;
+- `REGISTER_PER_IP`, `RESET_PER_IP`, `VERIFY_PER_IP`: those requests per client address;
+- `RESET_PER_ACCOUNT`: password-reset requests per account: over the limit the answer is the
+  same 200 and no mail goes out, so the limit is no oracle.
 
 `limits.parse` only reads the "N/period" notation of the settings.
 """
@@ -26,16 +28,30 @@ import asyncio
 import hashlib
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from limits import parse
 
+from authgate.config import AuthConfig
 from authgate.errors import RateLimited
 from authgate.store.limits import CounterStore
 
-__all__ = ["Limits", "LoginAttempt", "RateLimiter"]
+__all__ = [
+    "LOGIN_FAILURES_PER_ACCOUNT",
+    "LOGIN_FAILURES_PER_ADDRESS",
+    "LOGIN_PER_IP",
+    "POLICIES",
+    "REGISTER_PER_IP",
+    "RESET_PER_ACCOUNT",
+    "RESET_PER_IP",
+    "VERIFY_PER_IP",
+    "LoginAttempt",
+    "Policy",
+    "RateLimiter",
+    "budgets_from",
+]
 
 logger = logging.getLogger("authgate")
 
@@ -46,17 +62,42 @@ LEVEL_WINDOW = 86_400.0
 _MAX_LEVEL = 64
 
 
-@dataclass(frozen=True)
-class Limits:
-    """One "N/period" string per policy; the defaults live in `AuthConfig`."""
+@dataclass(frozen=True, slots=True, eq=False)
+class Policy:
+    """One rate limit. `name` prefixes its counters' keys in the store (so it never changes
+    once deployed); `setting` is the `AuthConfig` field holding its "N/period" budget; a
+    `per_ip` policy counts client addresses (an IPv6 address as its network). Compared by
+    identity: a constant below is the policy."""
 
-    login_per_ip: str
-    login_failures_per_account: str
-    login_failures_per_address: str
-    register_per_ip: str
-    reset_per_ip: str
-    reset_per_account: str
-    verify_per_ip: str
+    name: str
+    setting: str
+    per_ip: bool = False
+
+
+LOGIN_PER_IP = Policy("login_per_ip", "login_limit_per_ip", per_ip=True)
+LOGIN_FAILURES_PER_ACCOUNT = Policy("login_failures_per_account", "login_failure_limit")
+LOGIN_FAILURES_PER_ADDRESS = Policy("login_failures_per_address", "login_failure_limit_per_address")
+REGISTER_PER_IP = Policy("register_per_ip", "register_limit_per_ip", per_ip=True)
+RESET_PER_IP = Policy("reset_per_ip", "reset_limit_per_ip", per_ip=True)
+RESET_PER_ACCOUNT = Policy("reset_per_account", "reset_limit_per_account")
+VERIFY_PER_IP = Policy("verify_per_ip", "verify_limit_per_ip", per_ip=True)
+#: Every policy; the defaults of their budgets live in `AuthConfig`.
+POLICIES = (
+    LOGIN_PER_IP,
+    LOGIN_FAILURES_PER_ACCOUNT,
+    LOGIN_FAILURES_PER_ADDRESS,
+    REGISTER_PER_IP,
+    RESET_PER_IP,
+    RESET_PER_ACCOUNT,
+    VERIFY_PER_IP,
+)
+#: Not a policy of its own: how often an address spent its failure budget (its doubling).
+_FAILURE_LEVEL = "login_failure_level"
+
+
+def budgets_from(config: AuthConfig) -> dict[Policy, str]:
+    """Each policy's "N/period" string, read from its setting."""
+    return {policy: getattr(config, policy.setting) for policy in POLICIES}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +110,7 @@ class RateLimiter:
     def __init__(
         self,
         store: CounterStore | None,
-        limits: Limits,
+        budgets: Mapping[Policy, str],
         *,
         secret: bytes,
         clock: Callable[[], datetime],
@@ -80,26 +121,26 @@ class RateLimiter:
         self._store = store
         self._clock = clock
         self._address_key = address_key
-        self._budgets: dict[str, _Budget] = {}
-        for name, value in vars(limits).items():
+        self._budgets: dict[Policy, _Budget] = {}
+        for policy, value in budgets.items():
             item = parse(value)
-            self._budgets[name] = _Budget(item.amount, float(item.get_expiry()))
+            self._budgets[policy] = _Budget(item.amount, float(item.get_expiry()))
         self._key_secret = hmac.new(secret, b"authgate rate-limit keys", hashlib.sha256).digest()
 
-    async def hit(self, policy: str, key: str) -> None:
+    async def hit(self, policy: Policy, key: str) -> None:
         """Count one request; raise `RateLimited` once the policy's budget is spent."""
         if self._store is None:
             return
         budget, now = self._budgets[policy], self._clock()
-        if policy.endswith("_per_ip"):
+        if policy.per_ip:
             key = self._address_key(key)
         got = await self._store.hit(
-            self._key(policy, key), limit=budget.amount, window=budget.window, now=now
+            self._key(policy.name, key), limit=budget.amount, window=budget.window, now=now
         )
         if not got.allowed:
             raise RateLimited(got.retry_after(now))
 
-    async def try_hit(self, policy: str, key: str) -> bool:
+    async def try_hit(self, policy: Policy, key: str) -> bool:
         """Count one request; False (and nothing raised) when over the limit."""
         try:
             await self.hit(policy, key)
@@ -114,22 +155,22 @@ class RateLimiter:
         `version` is the account's credentials version (0 without an account): a reset or
         password change bumps it, so the account's counters start afresh, from every address.
 
-        Per (account, address): `login_failures_per_address` failures per window; each time an
+        Per (account, address): `LOGIN_FAILURES_PER_ADDRESS` failures per window; each time an
         address spends that budget its next window is twice as long (1, 2, 4 … minutes with
         the default, at most a day; forgotten a day after the address first spent it). Per
-        account, from all addresses: `login_failures_per_account`. The caller keeps the slot
+        account, from all addresses: `LOGIN_FAILURES_PER_ACCOUNT`. The caller keeps the slot
         for a failure, and calls `succeeded()` or `give_back()` otherwise.
         """
         store = self._store
         if store is None:
             return LoginAttempt(None, [], ())
         now = self._clock()
-        per_address = self._budgets["login_failures_per_address"]
-        per_account = self._budgets["login_failures_per_account"]
+        per_address = self._budgets[LOGIN_FAILURES_PER_ADDRESS]
+        per_account = self._budgets[LOGIN_FAILURES_PER_ACCOUNT]
         address = self._address_key(address)
-        pair = self._key("login_failures_per_address", account, address, str(version))
-        level_key = self._key("login_failure_level", account, address)
-        account_key = self._key("login_failures_per_account", account, str(version))
+        pair = self._key(LOGIN_FAILURES_PER_ADDRESS.name, account, address, str(version))
+        level_key = self._key(_FAILURE_LEVEL, account, address)
+        account_key = self._key(LOGIN_FAILURES_PER_ACCOUNT.name, account, str(version))
         attempt = LoginAttempt(store, [], (pair, level_key, account_key))
 
         level = min(await store.count(level_key, now), _MAX_LEVEL)
@@ -155,11 +196,11 @@ class RateLimiter:
             raise
         return attempt
 
-    def _key(self, policy: str, *parts: str) -> str:
+    def _key(self, name: str, *parts: str) -> str:
         # A fixed-length keyed digest: nothing personal in the store, nothing a guessed email
         # can be checked against without the secret, and no separator can be smuggled in.
         message = "\x00".join(parts).encode("utf-8", "surrogatepass")
-        return policy + ":" + hmac.new(self._key_secret, message, hashlib.sha256).hexdigest()[:32]
+        return name + ":" + hmac.new(self._key_secret, message, hashlib.sha256).hexdigest()[:32]
 
 
 #: Give-backs running in their own tasks (a cancelled request still returns its slot).
