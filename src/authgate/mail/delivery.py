@@ -7,20 +7,18 @@ its request endpoint answers 501.
 from __future__ import annotations
 
 import asyncio
-import html
 import inspect
 from dataclasses import dataclass
 from email.message import EmailMessage
-from typing import ClassVar, Literal, Protocol
+from typing import Protocol
 from urllib.parse import unquote, urlencode, urlsplit
 
 import aiosmtplib
 
 from authgate.config import AuthConfig, SenderFn
+from authgate.mail.render import Purpose, render
 
 __all__ = ["CallableSender", "MailSender", "Purpose", "SmtpSender", "make_senders"]
-
-Purpose = Literal["reset", "verify"]
 
 
 class MailSender(Protocol):
@@ -74,19 +72,7 @@ class SmtpSettings:
 
 
 class SmtpSender:
-    SUBJECTS: ClassVar[dict[Purpose, str]] = {
-        "reset": "Reset your password",
-        "verify": "Verify your email address",
-    }
-    INTROS: ClassVar[dict[Purpose, str]] = {
-        "reset": "Someone asked to reset the password of your account. "
-        "If it was you, open this link to choose a new password:",
-        "verify": "Please confirm your email address by opening this link:",
-    }
-    OUTROS: ClassVar[dict[Purpose, str]] = {
-        "reset": "If you did not ask for this, ignore this email; your password stays as it is.",
-        "verify": "If you did not create an account, ignore this email.",
-    }
+    """Mails a link carrying the token, its copy rendered from the templates (`render.py`)."""
 
     def __init__(
         self, settings: SmtpSettings, *, purpose: Purpose, mail_from: str, link_base: str
@@ -100,22 +86,13 @@ class SmtpSender:
         return f"{self._link_base}?{urlencode({'token': token})}"
 
     def message(self, email: str, token: str) -> EmailMessage:
-        link = self.link(token)
+        mail = render(self._purpose, link=self.link(token))
         msg = EmailMessage()
         msg["From"] = self._mail_from
         msg["To"] = email
-        msg["Subject"] = self.SUBJECTS[self._purpose]
-        intro, outro = self.INTROS[self._purpose], self.OUTROS[self._purpose]
-        msg.set_content(f"{intro}\n\n{link}\n\n{outro}\n")
-        safe = html.escape(link, quote=True)
-        msg.add_alternative(
-            "<!doctype html><html><body>"
-            f"<p>{html.escape(intro)}</p>"
-            f'<p><a href="{safe}">{safe}</a></p>'
-            f"<p>{html.escape(outro)}</p>"
-            "</body></html>",
-            subtype="html",
-        )
+        msg["Subject"] = mail.subject
+        msg.set_content(mail.text)
+        msg.add_alternative(mail.html, subtype="html")
         return msg
 
     async def send(self, email: str, token: str) -> None:
