@@ -61,10 +61,6 @@ class Background:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=wait_s)
 
-    @property
-    def pending(self) -> int:
-        return len(self._tasks)
-
 
 @dataclass
 class Services:
