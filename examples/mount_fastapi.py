@@ -4,7 +4,8 @@
     uvicorn examples.mount_fastapi:app
 
 Your app gets /auth/register, /auth/login, … plus /health and /readiness, and any route of
-its own can require a signed-in user with the `CurrentUser` dependency.
+its own can require a signed-in user with the `CurrentUser` dependency: it gives an
+`authgate.Principal`, a frozen snapshot of the user (never the password hash).
 """
 
 from fastapi import FastAPI

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import secrets
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +21,11 @@ from fastapi import FastAPI
 
 from authgate import create_app
 from authgate.app import AuthGate
-from authgate.cache.state import (
-    LEASE,
-    SUBSCRIBER_NAME,
-    SWEEP_LEASE,
-    LocalState,
-    StateCache,
-    _Invalidations,
-)
-from authgate.store.models import User
+from authgate.cache.invalidation import SUBSCRIBER_NAME, _Invalidations
+from authgate.cache.local import LEASE, LocalState
+from authgate.cache.state import DatabaseStates, StateCache
+from authgate.cache.sweep import SWEEP_LEASE
+from authgate.principal import Principal, SessionState
 from authgate.store.stores import SessionStore, UserStore
 from tests.conftest import (
     REDIS_URL,
@@ -52,12 +49,18 @@ def _app(backend: Backend, clock: FakeClock, **overrides: object) -> tuple[AuthG
     return app.state.authgate, app
 
 
+def _state_cache(gate: AuthGate) -> StateCache:
+    """The gate's session-state tiers, which are Redis-backed in these tests."""
+    states = gate.services.session_states
+    assert isinstance(states, StateCache)
+    return states
+
+
 async def test_cache_is_used_and_revocation_wins_over_a_stale_fill(
     pg_backend: Backend, clock: FakeClock
 ) -> None:
     gate, app = _app(pg_backend, clock)
-    cache = gate.services.state_cache
-    assert cache is not None
+    cache = _state_cache(gate)
     async with running(app) as client:
         await register(client)
         tokens = await login(client)
@@ -67,13 +70,13 @@ async def test_cache_is_used_and_revocation_wins_over_a_stale_fill(
         claims = gate.services.keys.verify_access(tokens["access_token"], now=clock())
         cached = await cache.get(claims.session_id, claims.user_id)
         assert cached is not None
-        assert cached.user is not None
+        assert cached.principal is not None
         assert not cached.revoked
 
         # A reader that loaded the session just before the logout fills the cache after it:
         # SET NX cannot overwrite the tombstone.
         await client.post("/auth/logout", json={"refresh_token": tokens["refresh_token"]})
-        await cache.put(claims.session_id, cached.user, None)
+        await cache.put(claims.session_id, cached.principal, None)
         me = await client.get("/auth/me", headers=bearer(tokens["access_token"]))
         assert me.status_code == 401
 
@@ -135,13 +138,95 @@ async def test_unreachable_cache_falls_back_to_the_database(
         assert me.status_code == 401
 
 
+async def test_every_tier_answers_get_me_with_the_same_bytes(
+    pg_backend: Backend, clock: FakeClock
+) -> None:
+    """The database, Redis and the worker's copy each answer GET /me, byte for byte alike,
+    and the Redis entry rebuilds the principal faithfully (`updated_at` included)."""
+    gate, app = _app(pg_backend, clock)
+    cache = _state_cache(gate)
+    async with running(app) as client:
+        await _wait_live(gate)
+        await register(client)
+        tokens = await login(client)
+        client.cookies.clear()
+        auth = bearer(tokens["access_token"])
+        claims = gate.services.keys.verify_access(tokens["access_token"], now=clock())
+        sid, uid = claims.session_id, claims.user_id
+        async with gate.services.db.write() as s:  # updated_at moves past created_at
+            await UserStore(s).set_flags(uid, clock() + timedelta(seconds=90), is_superuser=True)
+        await gate.services.user_changed(uid)
+        assert await cache.maintain_once()  # the sweeps have passed these changes on
+
+        from_database = await client.get("/auth/me", headers=auth)
+        assert from_database.status_code == 200
+        state = cache.peek(sid, uid)
+        assert state is not None
+        from_copy = await client.get("/auth/me", headers=auth)
+        cache.local.reset(live=True)  # the copy forgets: Redis answers
+        from_redis = await client.get("/auth/me", headers=auth)
+        assert cache.local.get(sid, uid) is not None  # refilled from Redis
+        assert from_database.content == from_copy.content == from_redis.content
+        assert from_database.json()["is_superuser"] is True
+
+        cached = await cache.get(sid, uid)
+        assert cached is not None
+        assert cached.principal == state.principal
+        assert cached.principal.updated_at > cached.principal.created_at
+
+
+async def test_a_user_entry_without_updated_at_is_a_miss(pg_backend: Backend) -> None:
+    """An entry an older version wrote (no `updated`) is not rebuilt with a guessed value:
+    the database answers until it expires."""
+    prefix = pg_backend.settings["cache_prefix"]
+    client = aioredis.Redis.from_url(REDIS_URL)
+    cache = StateCache(client, prefix=prefix)
+    sid = "e" * 32
+    try:
+        await client.set(f"{prefix}session:{sid}", "7:", ex=60)
+        old = {"email": "a@b.c", "active": True, "superuser": False, "verified": False}
+        await client.set(f"{prefix}user:7", json.dumps({**old, "created": 1.5e9}), ex=60)
+        cached = await cache.get(sid, 7)
+        assert cached is not None
+        assert not cached.revoked
+        assert cached.principal is None
+        loads: list[str] = []
+
+        async def load(session_id: str, user_id: int) -> SessionState | None:
+            loads.append(session_id)
+            return SessionState(_user(user_id), False, None)
+
+        state = await cache.lookup(sid, 7, load=load)
+        assert state is not None
+        assert state.principal == _user(7)
+        assert loads == [sid]
+    finally:
+        await client.delete(f"{prefix}session:{sid}", f"{prefix}user:7")
+        await client.aclose()
+
+
+async def test_without_a_shared_cache_every_lookup_reads_the_database() -> None:
+    states = DatabaseStates()
+    loads: list[str] = []
+    expected = SessionState(_user(), False, None)
+
+    async def load(session_id: str, user_id: int) -> SessionState | None:
+        loads.append(session_id)
+        return expected
+
+    for _ in range(2):
+        assert states.peek("s" * 32, 7) is None
+        assert await states.lookup("s" * 32, 7, load=load) is expected
+    assert loads == ["s" * 32, "s" * 32]
+
+
 # --- the per-worker copy and its invalidation --------------------------------------------
 
 
 async def _wait_live(*gates: AuthGate) -> None:
     """Until every gate's invalidation subscription is confirmed (bounded)."""
     for _ in range(200):
-        if all(g.services.state_cache and g.services.state_cache.local.live for g in gates):
+        if all(_state_cache(g).local.live for g in gates):
             return
         await asyncio.sleep(0.025)
     raise AssertionError("the invalidation subscription did not come up within 5 s")
@@ -159,7 +244,7 @@ async def _warm(
     auth = bearer(tokens["access_token"])
     claims = gate.services.keys.verify_access(tokens["access_token"], now=clock())
     assert (await client.get("/auth/me", headers=auth)).status_code == 200
-    local = gate.services.state_cache.local  # type: ignore[union-attr]
+    local = _state_cache(gate).local
     assert local.get(claims.session_id, claims.user_id) is not None
     return tokens, auth, claims.session_id, claims.user_id, local
 
@@ -271,13 +356,11 @@ class _Monotonic:
         return self.t
 
 
-def _user(user_id: int = 7) -> User:
-    now = datetime.now(UTC)
-    return User(
+def _user(user_id: int = 7) -> Principal:
+    now = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    return Principal(
         id=user_id,
         email="ann@example.com",
-        email_key="ann@example.com",
-        password_hash="$argon2id$secret-hash",
         is_active=True,
         is_superuser=False,
         email_verified=False,
@@ -296,7 +379,7 @@ def test_local_state_answers_only_within_its_lease() -> None:
     local.put(local.generation, "s" * 32, _user(), None)
     hit = local.get("s" * 32, 7)
     assert hit is not None
-    assert hit[0].password_hash == ""  # the copy never holds the hash
+    assert not hasattr(hit.principal, "password_hash")  # the copy never holds the hash
     assert local.get("s" * 32, 8) is None  # another user's token for that session id
     t.t += 1.6  # the subscription went quiet
     assert local.get("s" * 32, 7) is None
@@ -456,8 +539,7 @@ async def test_logout_that_cannot_reach_redis_still_reaches_other_workers(
                 out = await a.post("/auth/logout", json={"refresh_token": tokens["refresh_token"]})
             assert out.status_code == 200
             assert "could not record 1 revocation(s)" in caplog.text
-            cache_a = gate_a.services.state_cache
-            assert cache_a is not None
+            cache_a = _state_cache(gate_a)
             assert cache_a.pending == 1
 
             # B heard nothing over Redis, but finds the revocation in the database.
@@ -471,8 +553,7 @@ async def test_logout_that_cannot_reach_redis_still_reaches_other_workers(
                 assert (await c.get("/auth/me", headers=auth)).status_code == 401
 
             # Nothing changed since: B's sweeps drop nothing more (no work when idle).
-            cache_b = gate_b.services.state_cache
-            assert cache_b is not None
+            cache_b = _state_cache(gate_b)
             generation = local_b.generation
             assert await cache_b.maintain_once()
             assert await cache_b.maintain_once()
@@ -577,8 +658,7 @@ async def test_operator_deactivation_without_a_cache_reaches_a_warm_copy(
     """`authgate users deactivate` run with DATABASE_URL but no CACHE_URL: it warns, and a
     worker whose copy holds the session refuses it within its sweep bound."""
     gate, app = _app(redis_backend, clock)
-    cache = gate.services.state_cache
-    assert cache is not None
+    cache = _state_cache(gate)
     async with running(app) as client:
         _tokens, auth, sid, uid, local = await _warm(gate, client, clock)
         # The registration itself is a user change the sweeps pass on: let it settle, then
@@ -630,9 +710,8 @@ async def test_copy_is_not_trusted_after_a_resubscribe_until_the_replay_complete
     """A revocation committed while the subscription was down (and never published) is
     replayed from the database before the copy is used again."""
     gate, app = _app(pg_backend, clock)
-    cache = gate.services.state_cache
-    assert cache is not None
-    changes = cache._changes
+    cache = _state_cache(gate)
+    changes = cache.sweeper.changes
     assert changes is not None
     held = asyncio.Event()
     release = asyncio.Event()
@@ -687,7 +766,7 @@ async def test_only_a_pong_for_a_recent_ping_keeps_the_copy_live() -> None:
     try:
         cache = StateCache(client, prefix="liveness-test:", local_clock=t)
         local = cache.local
-        protocol = _Invalidations(cache._on_message, cache._on_lost)
+        protocol = _Invalidations(cache.subscriber.on_message, cache.subscriber.on_lost)
         local.reset(live=True)
         local.put(local.generation, "s" * 32, _user(), None)
         assert local.get("s" * 32, 7) is not None
@@ -709,7 +788,7 @@ async def test_only_a_pong_for_a_recent_ping_keeps_the_copy_live() -> None:
         assert not local.live
     finally:
         await client.aclose()
-    assert StateCache(client, prefix="x:")._ack_timeout > LEASE  # the lease ends first
+    assert StateCache(client, prefix="x:").publisher.ack_timeout > LEASE  # the lease ends first
 
 
 async def test_a_lagging_subscription_does_not_keep_a_copy_live(

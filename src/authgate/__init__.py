@@ -19,6 +19,7 @@ from authgate.errors import (
     RefreshTokenReused,
     ServiceUnavailable,
 )
+from authgate.principal import Principal
 from authgate.store.models import User
 from authgate.web.deps import CurrentUser, current_user
 
@@ -34,6 +35,7 @@ __all__ = [
     "InvalidRefreshToken",
     "NotAuthenticated",
     "NotConfigured",
+    "Principal",
     "RateLimited",
     "RefreshTokenReused",
     "ServiceUnavailable",

@@ -15,7 +15,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from authgate.cache.base import Cache, RedisCache, open_cache
 from authgate.cache.ratelimit import RateLimiter, budgets_from
-from authgate.cache.state import SWEEP_MARGIN, StateCache
+from authgate.cache.sweep import SWEEP_MARGIN
 from authgate.config import AuthConfig
 from authgate.datadir import ensure_secret_key
 from authgate.factors.hashing import PasswordHashing
@@ -73,18 +73,13 @@ class AuthGate:
             senders=make_senders(cfg),
             background=Background(),
             clock=clock,
-            state_cache=(
-                StateCache(
-                    self.cache.client,
-                    prefix=cfg.cache_prefix,
-                    tombstone_ttl=cfg.access_ttl + 60,
-                    # Swept from the database (revocations that never reached Redis); the
-                    # margin covers a write's pool wait and statement (db_timeout each).
-                    changes=DatabaseChanges(db, clock),
-                    sweep_margin=max(SWEEP_MARGIN, 3 * cfg.db_timeout),
-                )
-                if isinstance(self.cache, RedisCache)
-                else None
+            session_states=self.cache.session_states(
+                prefix=cfg.cache_prefix,
+                tombstone_ttl=cfg.access_ttl + 60,
+                # Swept from the database (revocations that never reached Redis); the
+                # margin covers a write's pool wait and statement (db_timeout each).
+                changes=DatabaseChanges(db, clock),
+                sweep_margin=max(SWEEP_MARGIN, 3 * cfg.db_timeout),
             ),
         )
         self.sessions = SessionService(self.services)
@@ -100,14 +95,12 @@ class AuthGate:
             )
         if self.config.auto_migrate:
             await upgrade_schema(self.services.db)
-        state_cache = self.services.state_cache
-        if state_cache is not None:
-            await state_cache.start()
+        session_states = self.services.session_states
+        await session_states.start()
         try:
             yield
         finally:
-            if state_cache is not None:
-                await state_cache.stop()
+            await session_states.stop()
             await self.services.background.drain()
             await self.cache.aclose()
             await self.services.db.dispose()

@@ -237,7 +237,7 @@ def _set_active(email: str, active: bool) -> None:
     state = "activated" if active else "deactivated (all sessions revoked)"
     click.echo(f"user {user.id} <{user.email}> {state}")
     if config.cache_url is None and config.database_url is not None:
-        from authgate.cache.state import SWEEP_INTERVAL, SWEEP_LEASE
+        from authgate.cache.sweep import SWEEP_INTERVAL, SWEEP_LEASE
 
         # Workers with a cache were not told; they find the change in the database.
         click.echo(

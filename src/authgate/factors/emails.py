@@ -26,7 +26,7 @@ import unicodedata
 
 from email_validator import EmailNotValidError, ValidatedEmail, validate_email
 
-__all__ = ["EmailProblem", "MAX_EMAIL_LENGTH", "canonical_email", "email_key", "login_key"]
+__all__ = ["MAX_EMAIL_LENGTH", "EmailProblem", "canonical_email", "email_key", "login_key"]
 
 #: The width of the `email` and `email_key` columns, and the longest text looked at.
 MAX_EMAIL_LENGTH = 320

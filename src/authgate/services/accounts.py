@@ -21,6 +21,7 @@ from authgate.errors import EmailTaken, InvalidOneTimeToken, NotConfigured
 from authgate.factors.emails import canonical_email, login_key
 from authgate.factors.password_rules import check_new_password
 from authgate.mail.delivery import MailSender, Purpose
+from authgate.principal import Principal
 from authgate.services.context import Services
 from authgate.store.limits import purge_counters
 from authgate.store.models import User
@@ -148,7 +149,7 @@ class AccountService:
 
     # --- email verification -----------------------------------------------------------
 
-    async def request_verification(self, user: User, *, client_ip: str) -> bool:
+    async def request_verification(self, user: Principal, *, client_ip: str) -> bool:
         """Mail a verification link; False (and no mail) when the email is already verified."""
         sender = self._sender("verify")
         if user.email_verified:

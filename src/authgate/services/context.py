@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from authgate.cache.ratelimit import RateLimiter
-from authgate.cache.state import StateCache
+from authgate.cache.state import DatabaseStates, SessionStates
 from authgate.config import AuthConfig
 from authgate.factors.hashing import PasswordHashing
 from authgate.mail.delivery import MailSender, Purpose
@@ -74,15 +74,14 @@ class Services:
     senders: dict[Purpose, MailSender | None]
     background: Background
     clock: Clock = utcnow
-    #: Redis-backed session state; None without a shared cache (see statecache.py).
-    state_cache: StateCache | None = None
+    #: Session state in tiers (cache/state.py): `Cache.session_states`; the database alone
+    #: without a shared cache.
+    session_states: SessionStates = field(default_factory=DatabaseStates)
 
     async def sessions_revoked(self, session_ids: list[str]) -> None:
         """Call after the commit that revoked `session_ids`."""
-        if self.state_cache is not None:
-            await self.state_cache.revoke(session_ids)
+        await self.session_states.revoke(session_ids)
 
     async def user_changed(self, user_id: int) -> None:
         """Call after the commit that changed a user's flags."""
-        if self.state_cache is not None:
-            await self.state_cache.forget_user(user_id)
+        await self.session_states.forget_user(user_id)

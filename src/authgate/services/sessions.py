@@ -18,8 +18,8 @@ from authgate.errors import (
 )
 from authgate.factors.emails import login_key
 from authgate.factors.password_rules import normalise
+from authgate.principal import Principal, SessionState
 from authgate.services.context import Services
-from authgate.store.models import User
 from authgate.store.stores import (
     Credentials,
     RefreshBudget,
@@ -48,6 +48,8 @@ class SessionService:
     def __init__(self, services: Services) -> None:
         self.sv = services
         self._budget = RefreshBudget(*services.config.refresh_budget())
+        #: Bound once: authenticate passes it on every miss of the worker's copy.
+        self._load_state = self._read_state
 
     async def login(self, email: str, password: str, *, client_ip: str) -> IssuedTokens:
         limiter = self.sv.limiter
@@ -255,7 +257,7 @@ class SessionService:
         for sid in revoked:
             events.emit("logged_out", session_id=sid)
 
-    async def authenticate(self, access_token: str) -> tuple[User, AccessClaims]:
+    async def authenticate(self, access_token: str) -> tuple[Principal, AccessClaims]:
         """The active user behind a valid access token of a live session, or NotAuthenticated."""
         now = self.sv.clock()
         try:
@@ -263,35 +265,20 @@ class SessionService:
         except TokenError:
             raise NotAuthenticated() from None
         # Revocation reaches access tokens at once: the family is checked on every request,
-        # in Redis when there is one (tombstones written at revocation), else the database.
-        # First this worker's copy (no round trip), then Redis, then the database.
-        cache = self.sv.state_cache
-        if cache is None:
-            cached = None
-        else:
-            hit = cache.local.get(claims.session_id, claims.user_id)
-            if hit is not None:
-                hit_user, hit_end = hit
-                if not _live(False, hit_end, now) or not hit_user.is_active:
-                    raise NotAuthenticated()
-                return hit_user, claims
-            generation = cache.local.generation  # before any await: see LocalState.put
-            cached = await cache.get(claims.session_id, claims.user_id)
-        if cached is not None and (cached.revoked or cached.user is not None):
-            user, revoked, expires_at = cached.user, cached.revoked, cached.expires_at
-        else:
-            async with self.sv.db.read() as s:
-                state = await SessionStore(s).state(claims.session_id, claims.user_id)
-            if state is None:
-                raise NotAuthenticated()
-            user, revoked, expires_at = state.user, state.revoked, state.expires_at
-            if cache is not None and not revoked:
-                await cache.put(claims.session_id, state.user, expires_at)
-        if user is None or not _live(revoked, expires_at, now) or not user.is_active:
+        # this worker's copy first (no await), then Redis, then the database (cache/state.py).
+        states = self.sv.session_states
+        state = states.peek(claims.session_id, claims.user_id) or await states.lookup(
+            claims.session_id, claims.user_id, load=self._load_state
+        )
+        if state is None or not _live(state.revoked, state.expires_at, now):
             raise NotAuthenticated()
-        if cache is not None:
-            cache.local.put(generation, claims.session_id, user, expires_at)
-        return user, claims
+        if not state.principal.is_active:
+            raise NotAuthenticated()
+        return state.principal, claims
+
+    async def _read_state(self, session_id: str, user_id: int) -> SessionState | None:
+        async with self.sv.db.read() as s:
+            return await SessionStore(s).state(session_id, user_id)
 
     def require_csrf(self, csrf: str, session_id: str) -> None:
         """The CSRF binding, for both cookie paths (an unsafe request on the access cookie, and

@@ -28,12 +28,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
+from authgate.principal import Principal, SessionState
 from authgate.store.models import Base, OneTimeToken, RefreshToken, Session, User, UTCDateTime
 
 __all__ = [
     "Credentials",
     "RefreshBudget",
-    "SessionState",
     "SessionStore",
     "SpentRefresh",
     "TokenStore",
@@ -348,13 +348,6 @@ class UserStore:
 
 
 @dataclass(frozen=True, slots=True)
-class SessionState:
-    user: User
-    revoked: bool
-    expires_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
 class SpentRefresh:
     session_id: str
     user_id: int
@@ -408,17 +401,28 @@ class SessionStore:
         )
 
     async def state(self, session_id: str, user_id: int) -> SessionState | None:
-        """The session and its user in one query, as every authenticated request needs them."""
+        """The session and its user in one query, as every authenticated request needs them
+        (the public columns only: never the password hash)."""
         result = await self.s.execute(
-            select(User, Session.revoked_at, Session.expires_at)
+            select(
+                User.email,
+                User.is_active,
+                User.is_superuser,
+                User.email_verified,
+                User.created_at,
+                User.updated_at,
+                Session.revoked_at,
+                Session.expires_at,
+            )
             .join(Session, Session.user_id == User.id)
             .where(Session.id == session_id, User.id == user_id)
         )
         row = result.one_or_none()
         if row is None:
             return None
-        user, revoked_at, expires_at = row
-        return SessionState(user=user, revoked=revoked_at is not None, expires_at=expires_at)
+        email, active, superuser, verified, created, updated, revoked_at, expires_at = row
+        principal = Principal(user_id, email, active, superuser, verified, created, updated)
+        return SessionState(principal, revoked_at is not None, expires_at)
 
     async def spend_refresh(
         self, digest: bytes, now: datetime, budget: RefreshBudget

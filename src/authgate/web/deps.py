@@ -1,4 +1,4 @@
-"""Request dependencies: the client address and the authenticated user."""
+"""Request dependencies: the client address and the authenticated principal."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import Depends, Request
 
 from authgate.errors import NotAuthenticated
-from authgate.store.models import User
+from authgate.principal import Principal
 from authgate.web.transport import UNSAFE_METHODS, access_token_from, require_csrf_header
 
 if TYPE_CHECKING:
@@ -31,8 +31,8 @@ def client_ip(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-async def current_user(request: Request) -> User:
-    """The active user behind the request's access token.
+async def current_user(request: Request) -> Principal:
+    """The active user behind the request's access token, as a frozen `Principal`.
 
     The token comes from `Authorization: Bearer` or, failing that, the `svc_access_token`
     cookie. A cookie-authenticated unsafe request must also carry `X-CSRF-Token` equal to the
@@ -41,15 +41,15 @@ async def current_user(request: Request) -> User:
     return await authenticated_user(gate_of(request), request)
 
 
-async def authenticated_user(gate: AuthGate, request: Request) -> User:
+async def authenticated_user(gate: AuthGate, request: Request) -> Principal:
     """`current_user` for a known gate (the routes' own, without the app-state lookup)."""
     token, via_cookie = access_token_from(request)
     if token is None:
         raise NotAuthenticated()
-    user, claims = await gate.sessions.authenticate(token)
+    principal, claims = await gate.sessions.authenticate(token)
     if via_cookie and request.method in UNSAFE_METHODS:
         gate.sessions.require_csrf(require_csrf_header(request), claims.session_id)
-    return user
+    return principal
 
 
-CurrentUser = Annotated[User, Depends(current_user)]
+CurrentUser = Annotated[Principal, Depends(current_user)]

@@ -31,13 +31,13 @@ from authgate.web.transport import (
 
 if TYPE_CHECKING:
     from authgate.app import AuthGate
-    from authgate.store.models import User
+    from authgate.principal import Principal
 
 __all__ = ["auth_router"]
 
 
-def _user_json(user: User) -> bytes:
-    return UserResponse.model_validate(user).model_dump_json().encode()
+def _user_json(principal: Principal) -> bytes:
+    return UserResponse.model_validate(principal).model_dump_json().encode()
 
 
 def auth_router(gate: AuthGate) -> APIRouter:
@@ -110,7 +110,7 @@ def auth_router(gate: AuthGate) -> APIRouter:
     @router.get("/me", response_model=UserResponse, responses=error_responses(401))
     async def me(request: Request) -> Response:
         # The hottest route: no dependency tree, no second validation, headers set once.
-        user = await authenticated_user(gate, request)
-        return Response(_user_json(user), media_type="application/json", headers=NO_STORE)
+        principal = await authenticated_user(gate, request)
+        return Response(_user_json(principal), media_type="application/json", headers=NO_STORE)
 
     return router

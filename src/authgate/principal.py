@@ -1,0 +1,43 @@
+"""Who an authenticated request acts for, and the state of the session it rides on.
+
+These values sit at the top of the package, beside `config`, `errors` and `events`, because
+every layer holds them and none owns them: the store builds them from the rows
+(`SessionStore.state`), the cache keeps them (each worker's copy and the Redis entries), the
+services hand them out (`SessionService.authenticate`) and the web layer renders them
+(GET /me, `CurrentUser`). In any one of those folders, the others would import sideways.
+
+A `Principal` is frozen and carries exactly what GET /me and `CurrentUser` expose: never
+the password hash, nor the email key the store matches logins by. A cached or logged
+principal cannot leak a credential, and nothing can mistake it for a row to write back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+__all__ = ["Principal", "SessionState"]
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """A user as an authenticated request sees it (a snapshot, not the row)."""
+
+    id: int
+    #: The address as the user wrote it (domain normalised).
+    email: str
+    is_active: bool
+    is_superuser: bool
+    email_verified: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    """A session (token family) and its user, as the store and the cache tiers answer."""
+
+    principal: Principal
+    revoked: bool
+    #: The session's absolute end (`SESSION_MAX_AGE`); None: no end but the refresh tokens'.
+    expires_at: datetime | None
