@@ -2,26 +2,26 @@
 
 from __future__ import annotations
 
-from authgate.cache.ratelimit import POLICIES, budgets_from
+from authgate.cache.ratelimit import Policy, budgets_from
 from authgate.config import AuthConfig
 
 
 def test_every_policy_reads_a_validated_setting() -> None:
     validated = AuthConfig.__pydantic_decorators__.field_validators["_check_limit"].info.fields
-    assert sorted(p.setting for p in POLICIES) == sorted(validated)
-    assert len({p.name for p in POLICIES}) == len(POLICIES)
+    assert sorted(p.setting for p in Policy) == sorted(validated)
+    assert len({p.key for p in Policy}) == len(Policy)
 
 
 def test_budgets_come_from_the_settings() -> None:
     config = AuthConfig(login_limit_per_ip="7/minute", reset_limit_per_account="2/hour")
-    budgets = {p.name: value for p, value in budgets_from(config).items()}
+    budgets = {p.key: value for p, value in budgets_from(config).items()}
     assert budgets["login_per_ip"] == "7/minute"
     assert budgets["reset_per_account"] == "2/hour"
     assert budgets["verify_per_ip"] == AuthConfig().verify_limit_per_ip
 
 
 def test_per_ip_policies_are_the_address_keyed_ones() -> None:
-    assert sorted(p.name for p in POLICIES if p.per_ip) == [
+    assert sorted(p.key for p in Policy if p.per_ip) == [
         "login_per_ip",
         "register_per_ip",
         "reset_per_ip",

@@ -2,7 +2,7 @@
 database without a cache, Redis with `CACHE_URL`), so `serve --workers N` and several hosts
 count together instead of each worker granting the whole budget.
 
-The policies are `POLICIES`, one `Policy` each, all keyed by keyed digests (HMAC under a key
+The policies are the members of `Policy`, all keyed by keyed digests (HMAC under a key
 derived from the secret key), so that neither the store nor a backup of it names an email or
 an address:
 
@@ -31,6 +31,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 
 from limits import parse
 
@@ -38,20 +39,7 @@ from authgate.config import AuthConfig
 from authgate.errors import RateLimited
 from authgate.store.limits import CounterStore
 
-__all__ = [
-    "LOGIN_FAILURES_PER_ACCOUNT",
-    "LOGIN_FAILURES_PER_ADDRESS",
-    "LOGIN_PER_IP",
-    "POLICIES",
-    "REGISTER_PER_IP",
-    "RESET_PER_ACCOUNT",
-    "RESET_PER_IP",
-    "VERIFY_PER_IP",
-    "LoginAttempt",
-    "Policy",
-    "RateLimiter",
-    "budgets_from",
-]
+__all__ = ["LoginAttempt", "Policy", "RateLimiter", "budgets_from"]
 
 logger = logging.getLogger("authgate")
 
@@ -62,42 +50,36 @@ LEVEL_WINDOW = 86_400.0
 _MAX_LEVEL = 64
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Policy:
-    """One rate limit. `name` prefixes its counters' keys in the store (so it never changes
-    once deployed); `setting` is the `AuthConfig` field holding its "N/period" budget; a
-    `per_ip` policy counts client addresses (an IPv6 address as its network). Compared by
-    identity: a constant below is the policy."""
+class Policy(Enum):
+    """The rate limits, one member each. `key` prefixes its counters' keys in the store (so it
+    never changes once deployed); `setting` is the `AuthConfig` field holding its "N/period"
+    budget; a `per_ip` policy counts client addresses (an IPv6 address as its network)."""
 
-    name: str
-    setting: str
-    per_ip: bool = False
+    LOGIN_PER_IP = ("login_per_ip", "login_limit_per_ip", True)
+    LOGIN_FAILURES_PER_ACCOUNT = ("login_failures_per_account", "login_failure_limit", False)
+    LOGIN_FAILURES_PER_ADDRESS = (
+        "login_failures_per_address",
+        "login_failure_limit_per_address",
+        False,
+    )
+    REGISTER_PER_IP = ("register_per_ip", "register_limit_per_ip", True)
+    RESET_PER_IP = ("reset_per_ip", "reset_limit_per_ip", True)
+    RESET_PER_ACCOUNT = ("reset_per_account", "reset_limit_per_account", False)
+    VERIFY_PER_IP = ("verify_per_ip", "verify_limit_per_ip", True)
+
+    def __init__(self, key: str, setting: str, per_ip: bool) -> None:
+        self.key = key
+        self.setting = setting
+        self.per_ip = per_ip
 
 
-LOGIN_PER_IP = Policy("login_per_ip", "login_limit_per_ip", per_ip=True)
-LOGIN_FAILURES_PER_ACCOUNT = Policy("login_failures_per_account", "login_failure_limit")
-LOGIN_FAILURES_PER_ADDRESS = Policy("login_failures_per_address", "login_failure_limit_per_address")
-REGISTER_PER_IP = Policy("register_per_ip", "register_limit_per_ip", per_ip=True)
-RESET_PER_IP = Policy("reset_per_ip", "reset_limit_per_ip", per_ip=True)
-RESET_PER_ACCOUNT = Policy("reset_per_account", "reset_limit_per_account")
-VERIFY_PER_IP = Policy("verify_per_ip", "verify_limit_per_ip", per_ip=True)
-#: Every policy; the defaults of their budgets live in `AuthConfig`.
-POLICIES = (
-    LOGIN_PER_IP,
-    LOGIN_FAILURES_PER_ACCOUNT,
-    LOGIN_FAILURES_PER_ADDRESS,
-    REGISTER_PER_IP,
-    RESET_PER_IP,
-    RESET_PER_ACCOUNT,
-    VERIFY_PER_IP,
-)
 #: Not a policy of its own: how often an address spent its failure budget (its doubling).
 _FAILURE_LEVEL = "login_failure_level"
 
 
 def budgets_from(config: AuthConfig) -> dict[Policy, str]:
     """Each policy's "N/period" string, read from its setting."""
-    return {policy: getattr(config, policy.setting) for policy in POLICIES}
+    return {policy: getattr(config, policy.setting) for policy in Policy}
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,21 +103,22 @@ class RateLimiter:
         self._store = store
         self._clock = clock
         self._address_key = address_key
-        self._budgets: dict[Policy, _Budget] = {}
+        # Keyed by `key`: a str caches its hash, an Enum member computes its own in Python.
+        self._budgets: dict[str, _Budget] = {}
         for policy, value in budgets.items():
             item = parse(value)
-            self._budgets[policy] = _Budget(item.amount, float(item.get_expiry()))
+            self._budgets[policy.key] = _Budget(item.amount, float(item.get_expiry()))
         self._key_secret = hmac.new(secret, b"authgate rate-limit keys", hashlib.sha256).digest()
 
     async def hit(self, policy: Policy, key: str) -> None:
         """Count one request; raise `RateLimited` once the policy's budget is spent."""
         if self._store is None:
             return
-        budget, now = self._budgets[policy], self._clock()
+        budget, now = self._budgets[policy.key], self._clock()
         if policy.per_ip:
             key = self._address_key(key)
         got = await self._store.hit(
-            self._key(policy.name, key), limit=budget.amount, window=budget.window, now=now
+            self._key(policy.key, key), limit=budget.amount, window=budget.window, now=now
         )
         if not got.allowed:
             raise RateLimited(got.retry_after(now))
@@ -165,12 +148,12 @@ class RateLimiter:
         if store is None:
             return LoginAttempt(None, [], ())
         now = self._clock()
-        per_address = self._budgets[LOGIN_FAILURES_PER_ADDRESS]
-        per_account = self._budgets[LOGIN_FAILURES_PER_ACCOUNT]
+        per_address = self._budgets[Policy.LOGIN_FAILURES_PER_ADDRESS.key]
+        per_account = self._budgets[Policy.LOGIN_FAILURES_PER_ACCOUNT.key]
         address = self._address_key(address)
-        pair = self._key(LOGIN_FAILURES_PER_ADDRESS.name, account, address, str(version))
+        pair = self._key(Policy.LOGIN_FAILURES_PER_ADDRESS.key, account, address, str(version))
         level_key = self._key(_FAILURE_LEVEL, account, address)
-        account_key = self._key(LOGIN_FAILURES_PER_ACCOUNT.name, account, str(version))
+        account_key = self._key(Policy.LOGIN_FAILURES_PER_ACCOUNT.key, account, str(version))
         attempt = LoginAttempt(store, [], (pair, level_key, account_key))
 
         level = min(await store.count(level_key, now), _MAX_LEVEL)

@@ -11,12 +11,7 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from authgate import events
-from authgate.cache.ratelimit import (
-    REGISTER_PER_IP,
-    RESET_PER_ACCOUNT,
-    RESET_PER_IP,
-    VERIFY_PER_IP,
-)
+from authgate.cache.ratelimit import Policy
 from authgate.errors import EmailTaken, InvalidOneTimeToken, NotConfigured
 from authgate.factors.emails import canonical_email, login_key
 from authgate.factors.password_rules import check_new_password
@@ -65,7 +60,7 @@ class AccountService:
         `password` breaks the password rules."""
         password = check_new_password(password)
         if client_ip is not None:
-            await self.sv.limiter.hit(REGISTER_PER_IP, client_ip)
+            await self.sv.limiter.hit(Policy.REGISTER_PER_IP, client_ip)
         self.sv.hashing.check_admission()
         address, key = canonical_email(email)
         password_hash = await self.sv.hashing.hash(password)
@@ -101,7 +96,7 @@ class AccountService:
         its timing tells whether the email is registered.
         """
         sender = self._sender("reset")
-        await self.sv.limiter.hit(RESET_PER_IP, client_ip)
+        await self.sv.limiter.hit(Policy.RESET_PER_IP, client_ip)
         key = login_key(email)
         if key is None:
             return
@@ -113,7 +108,7 @@ class AccountService:
         if user is None or not user.is_active:
             events.emit("password_reset_requested", outcome="failure", reason="no_account")
             return
-        if not await self.sv.limiter.try_hit(RESET_PER_ACCOUNT, key):
+        if not await self.sv.limiter.try_hit(Policy.RESET_PER_ACCOUNT, key):
             events.emit(
                 "password_reset_requested", outcome="failure", user_id=user.id, reason="limited"
             )
@@ -154,7 +149,7 @@ class AccountService:
         sender = self._sender("verify")
         if user.email_verified:
             return False
-        await self.sv.limiter.hit(VERIFY_PER_IP, client_ip)
+        await self.sv.limiter.hit(Policy.VERIFY_PER_IP, client_ip)
         token = await self._new_token(user.id, "verify", self.sv.config.verify_ttl)
         events.emit("verification_requested", user_id=user.id)
         self.sv.background.spawn(sender.send(user.email, token), "verification mail")

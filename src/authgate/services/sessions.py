@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from authgate import events
-from authgate.cache.ratelimit import LOGIN_PER_IP
+from authgate.cache.ratelimit import Policy
 from authgate.errors import (
     CsrfFailed,
     InvalidCredentials,
@@ -53,7 +53,7 @@ class SessionService:
 
     async def login(self, email: str, password: str, *, client_ip: str) -> IssuedTokens:
         limiter = self.sv.limiter
-        await limiter.hit(LOGIN_PER_IP, client_ip)
+        await limiter.hit(Policy.LOGIN_PER_IP, client_ip)
         # Keyed by the canonical email whether or not an account exists, so the lock-out
         # itself tells nothing about which emails are registered.
         key = login_key(email)
