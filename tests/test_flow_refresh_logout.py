@@ -586,7 +586,7 @@ async def test_inactive_user_is_refused_even_with_a_live_session(
     backend: Backend, clock: FakeClock
 ) -> None:
     """`is_active` is checked on every request, not only through the revocation it causes."""
-    from authgate.store.stores import UserStore
+    from authgate.store.users import UserStore
 
     app = create_app(make_config(backend), clock=clock)
     async with running(app) as client:

@@ -16,7 +16,7 @@ from authgate.config import ConfigError
 from authgate.datadir import ensure_secret_key
 from authgate.store.db import Database
 from authgate.store.models import User
-from authgate.store.stores import UserStore
+from authgate.store.users import UserStore
 from tests.conftest import (
     PASSWORD,
     AppFactory,

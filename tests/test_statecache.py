@@ -26,7 +26,8 @@ from authgate.cache.local import LEASE, LocalState
 from authgate.cache.state import DatabaseStates, StateCache
 from authgate.cache.sweep import SWEEP_LEASE
 from authgate.principal import Principal, SessionState
-from authgate.store.stores import SessionStore, UserStore
+from authgate.store.sessions import SessionStore
+from authgate.store.users import UserStore
 from tests.conftest import (
     REDIS_URL,
     Backend,

@@ -65,12 +65,10 @@ def _run_async(runner: Callable[[], Coroutine[Any, Any, T]]) -> T:
     except (OSError, TimeoutError) as exc:
         raise click.ClickException(f"cannot reach the database: {type(exc).__name__}") from None
     except Exception as exc:
-        from sqlalchemy.exc import DBAPIError
+        from authgate.store.errors import driver_error
 
-        if isinstance(exc, DBAPIError):
-            raise click.ClickException(
-                f"database error: {type(exc.orig).__name__ if exc.orig else type(exc).__name__}"
-            ) from None
+        if (driver := driver_error(exc)) is not None:
+            raise click.ClickException(f"database error: {driver}") from None
         if isinstance(exc, ValueError):
             raise click.ClickException(str(exc)) from None
         raise

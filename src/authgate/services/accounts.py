@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import TypeVar
-
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from authgate import events
 from authgate.cache.ratelimit import Policy
@@ -18,27 +12,14 @@ from authgate.factors.password_rules import check_new_password
 from authgate.mail.delivery import MailSender, Purpose
 from authgate.principal import Principal
 from authgate.services.context import Services
-from authgate.store.limits import purge_counters
 from authgate.store.models import User
-from authgate.store.stores import SessionStore, TokenStore, UserStore, add_user
+from authgate.store.one_time import TokenStore
+from authgate.store.purge import PurgeResult, purge
+from authgate.store.sessions import SessionStore
+from authgate.store.users import UserStore, add_user
 from authgate.tokens.keys import digest, new_opaque_token
 
 __all__ = ["AccountService", "PurgeResult"]
-
-C = TypeVar("C", str, int)
-
-
-@dataclass
-class PurgeResult:
-    sessions: int = 0
-    refresh_tokens: int = 0
-    one_time_tokens: int = 0
-    rate_limit_counters: int = 0
-    batches: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.sessions + self.refresh_tokens + self.one_time_tokens + self.rate_limit_counters
 
 
 class AccountService:
@@ -64,24 +45,16 @@ class AccountService:
         self.sv.hashing.check_admission()
         address, key = canonical_email(email)
         password_hash = await self.sv.hashing.hash(password)
-        now = self.sv.clock()
-        user = User(
+        user = await add_user(
+            self.sv.db,
             email=address,
             email_key=key,
             password_hash=password_hash,
-            is_active=True,
             is_superuser=is_superuser,
             email_verified=email_verified,
-            created_at=now,
-            updated_at=now,
+            now=self.sv.clock(),
         )
-        if self.sv.db.is_sqlite:
-            async with self.sv.db.write() as s:
-                added = await UserStore(s).add(user)
-        else:  # one statement (INSERT ... ON CONFLICT DO NOTHING), no BEGIN/SAVEPOINT/COMMIT
-            async with self.sv.db.autocommit() as conn:
-                added = await add_user(conn, user)
-        if not added:
+        if user is None:
             raise EmailTaken()
         events.emit("registered", user_id=user.id)
         return user
@@ -184,7 +157,7 @@ class AccountService:
             revoked = (
                 await SessionStore(s).revoke_all(user.id, now, "deactivated") if not active else []
             )
-            await s.refresh(user)
+            await users.reload(user)
         await self.sv.sessions_revoked(revoked)
         await self.sv.user_changed(user.id)
         events.emit("activated" if active else "deactivated", user_id=user.id)
@@ -198,42 +171,7 @@ class AccountService:
         """Delete finished sessions, expired refresh tokens and spent or expired one-time
         tokens, in batches of `batch_size` rows, each its own short transaction: a purge of
         millions of rows never holds a lock for long, and logins and refreshes go on."""
-        now = self.sv.clock()
-
-        async def sessions(s: AsyncSession, after: str) -> tuple[int, str]:
-            return await SessionStore(s).purge_sessions(now, batch_size, after)
-
-        async def refresh_tokens(s: AsyncSession, after: int) -> tuple[int, int]:
-            return await SessionStore(s).purge_refresh_tokens(now, batch_size, after)
-
-        async def one_time_tokens(s: AsyncSession, after: int) -> tuple[int, int]:
-            return await TokenStore(s).purge(now, batch_size, after)
-
-        result = PurgeResult()
-        result.sessions = await self._drain(sessions, "", result)
-        result.refresh_tokens = await self._drain(refresh_tokens, 0, result)
-        result.one_time_tokens = await self._drain(one_time_tokens, 0, result)
-        result.rate_limit_counters = await self._drain(
-            functools.partial(purge_counters, now=now, batch_size=batch_size), "", result
-        )
-        return result
-
-    async def _drain(
-        self,
-        step: Callable[[AsyncSession, C], Awaitable[tuple[int, C]]],
-        start: C,
-        result: PurgeResult,
-    ) -> int:
-        """Run a keyset purge step batch after batch, each in its own transaction, until its
-        cursor comes back empty; the rows deleted."""
-        deleted, cursor = 0, start
-        while True:
-            async with self.sv.db.write() as s:
-                count, cursor = await step(s, cursor)
-            deleted += count
-            result.batches += 1
-            if not cursor:
-                return deleted
+        return await purge(self.sv.db, self.sv.clock(), batch_size)
 
     # --- helpers ----------------------------------------------------------------------
 

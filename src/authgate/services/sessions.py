@@ -20,16 +20,9 @@ from authgate.factors.emails import login_key
 from authgate.factors.password_rules import normalise
 from authgate.principal import Principal, SessionState
 from authgate.services.context import Services
-from authgate.store.stores import (
-    Credentials,
-    RefreshBudget,
-    SessionStore,
-    SpentRefresh,
-    UserStore,
-    credentials,
-    open_session,
-    rotate_refresh,
-)
+from authgate.store.rotation import Outcome, RefreshBudget, rotate
+from authgate.store.sessions import SessionStore, open_session
+from authgate.store.users import Credentials, credentials
 from authgate.tokens.keys import AccessClaims, TokenError, digest, new_opaque_token, new_session_id
 
 __all__ = ["IssuedTokens", "SessionService"]
@@ -62,12 +55,7 @@ class SessionService:
 
         user: Credentials | None = None
         if key is not None:
-            if self.sv.db.is_sqlite:
-                async with self.sv.db.read() as s:
-                    user = await credentials(s, account_key)
-            else:  # one statement, no BEGIN/COMMIT around it
-                async with self.sv.db.autocommit() as conn:
-                    user = await credentials(conn, account_key)
+            user = await credentials(self.sv.db, account_key)
         # The failure slot is taken before verifying (a concurrent burst tests exactly the
         # budget) and given back when this turns out to be no attempt: busy, cancelled, or
         # the database away. The account's credentials version keys it: a reset starts afresh.
@@ -97,39 +85,23 @@ class SessionService:
         session_end = now + timedelta(seconds=cfg.session_max_age) if cfg.session_max_age else None
         refresh = new_opaque_token()
         refresh_end = self._refresh_end(now, session_end)
+        new_hash = None
+        if self.sv.hashing.needs_rehash(user.password_hash):
+            new_hash = await self.sv.hashing.hash(candidate)
+            now = self.sv.clock()
         # The session opens only while the credentials that were just verified are current:
-        # a reset or deactivation that committed during the hash makes this login fail.
-        if self.sv.hashing.needs_rehash(user.password_hash) or self.sv.db.is_sqlite:
-            new_hash = None
-            if self.sv.hashing.needs_rehash(user.password_hash):
-                new_hash = await self.sv.hashing.hash(candidate)
-                now = self.sv.clock()
-            async with self.sv.db.write() as s:
-                if new_hash is not None:
-                    # Compare-and-swap on the verified hash: never undoes a racing reset.
-                    await UserStore(s).rehash(user.user_id, user.password_hash, new_hash, now)
-                sessions = SessionStore(s)
-                opened = await sessions.create(
-                    session_id=session_id, user=user, now=now, expires_at=session_end
-                )
-                if opened:
-                    await sessions.add_refresh(
-                        session_id=session_id,
-                        digest=digest(refresh),
-                        now=now,
-                        expires_at=refresh_end,
-                    )
-        else:  # PostgreSQL: one autocommitted statement
-            async with self.sv.db.autocommit() as conn:
-                opened = await open_session(
-                    conn,
-                    session_id=session_id,
-                    user=user,
-                    now=now,
-                    session_end=session_end,
-                    digest=digest(refresh),
-                    refresh_end=refresh_end,
-                )
+        # a reset or deactivation that committed during the hash makes this login fail. The
+        # new hash replaces the verified one by compare-and-swap: never undoes a racing reset.
+        opened = await open_session(
+            self.sv.db,
+            session_id=session_id,
+            user=user,
+            now=now,
+            session_end=session_end,
+            digest=digest(refresh),
+            refresh_end=refresh_end,
+            new_hash=new_hash,
+        )
         if not opened:
             events.emit(
                 "login_failed",
@@ -154,84 +126,36 @@ class SessionService:
 
         now = self.sv.clock()
         new_refresh = new_opaque_token()
-        reused_session: str | None = None
-        session_end: datetime | None = None
-        spent: SpentRefresh | None
-        if not self.sv.db.is_sqlite:
-            # PostgreSQL: the whole rotation is one statement (stores.rotate_refresh).
-            async with self.sv.db.autocommit() as conn:
-                rotation = await rotate_refresh(
-                    conn,
-                    token_digest,
-                    digest(new_refresh),
-                    now,
-                    self._refresh_end(now, None),
-                    self._budget,
-                )
-            spent, rotated = rotation if rotation is not None else (None, False)
-            if spent is not None:
-                if not rotated:
-                    spent = None  # spent, but its session is over: no successor was added
-                else:
-                    session_end = spent.expires_at
-            else:
-                reused_session = await self._revoke_if_reused(token_digest, now)
-        else:
-            async with self.sv.db.write() as s:
-                sessions = SessionStore(s)
-                spent = await sessions.spend_refresh(token_digest, now, self._budget)
-                if spent is None:
-                    reused_session = await self._revoke_if_reused(token_digest, now, sessions)
-                elif (
-                    not _live(spent.revoked, spent.expires_at, now)
-                    or not spent.user_active
-                    or not spent.current
-                ):
-                    spent = None
-                else:
-                    await sessions.add_refresh(
-                        session_id=spent.session_id,
-                        digest=digest(new_refresh),
-                        now=now,
-                        expires_at=self._refresh_end(now, spent.expires_at),
-                    )
-                    session_end = spent.expires_at
-        if reused_session is not None:
-            await self.sv.sessions_revoked([reused_session])
-            events.emit(
-                "refresh_reused", outcome="failure", session_id=reused_session, reason="reuse"
-            )
+        rotation = await rotate(
+            self.sv.db,
+            token_digest,
+            digest(new_refresh),
+            now=now,
+            refresh_end=self._refresh_end(now, None),
+            budget=self._budget,
+        )
+        outcome, session_id = rotation.outcome, rotation.session_id
+        if outcome is Outcome.ROTATED:
+            user_id = rotation.user_id
+            assert user_id is not None  # set when ROTATED, as session_id is
+            assert session_id is not None
+            events.emit("refreshed", user_id=user_id, session_id=session_id)
+            return self._issue(user_id, session_id, new_refresh, now, rotation.session_end)
+        if outcome is Outcome.REUSED:
+            # RFC 9700 §4.14.2: a rotated token presented again means it leaked; the store
+            # revoked the whole family, the legitimate holder's newest token too.
+            assert session_id is not None  # set when REUSED
+            await self.sv.sessions_revoked([session_id])
+            events.emit("refresh_reused", outcome="failure", session_id=session_id, reason="reuse")
             raise RefreshTokenReused()
-        if spent is None:
-            events.emit("refresh_failed", outcome="failure", reason="invalid")
-            raise InvalidRefreshToken()
-        events.emit("refreshed", user_id=spent.user_id, session_id=spent.session_id)
-        return self._issue(spent.user_id, spent.session_id, new_refresh, now, session_end)
-
-    async def _revoke_if_reused(
-        self, token_digest: bytes, now: datetime, sessions: SessionStore | None = None
-    ) -> str | None:
-        """The session whose already-rotated token this is, now revoked; else None.
-
-        RFC 9700 §4.14.2: a rotated token presented again means it leaked; revoke the whole
-        family, the legitimate holder's newest token too."""
-        if sessions is None:
-            async with self.sv.db.write() as s:
-                return await self._revoke_if_reused(token_digest, now, SessionStore(s))
-        owner = await sessions.refresh_owner(token_digest)
-        if owner is None:
-            return None
-        if not owner[1]:
-            # Unused yet not spent: expired, or its session is over the refresh limit.
-            retry_after = await sessions.refresh_retry_after(token_digest, now, self._budget)
-            if retry_after is not None:
-                events.emit(
-                    "refresh_failed", outcome="failure", session_id=owner[0], reason="limited"
-                )
-                raise RateLimited(retry_after)
-            return None
-        await sessions.revoke(owner[0], now, "reuse")
-        return owner[0]
+        if outcome is Outcome.LIMITED:
+            events.emit(
+                "refresh_failed", outcome="failure", session_id=session_id, reason="limited"
+            )
+            raise RateLimited(rotation.retry_after)
+        # INVALID, or ENDED: spent, but its session is over, so no successor was added.
+        events.emit("refresh_failed", outcome="failure", reason="invalid")
+        raise InvalidRefreshToken()
 
     async def logout(self, refresh_token: str | None, access_token: str | None) -> None:
         """Revoke the family of whichever token is given; anything invalid is ignored."""

@@ -17,7 +17,7 @@ which carries a random offset of under a millisecond, so a slot is only ever giv
 window it was taken from, never to a newer one that happens to share the key.
 
 Keys are opaque digests made by `ratelimit.py`: no email or address is stored. Expired rows
-stay until `authgate purge` deletes them (`purge_counters`); an expired row is simply
+stay until `authgate purge` deletes them (`purge.py`); an expired row is simply
 restarted by the next hit on its key.
 """
 
@@ -34,12 +34,11 @@ import redis.asyncio as aioredis
 from sqlalchemy import Integer, Table, bindparam, case, delete, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from authgate.store.db import Database
 from authgate.store.models import Base, RateLimitCounter, UTCDateTime
 
-__all__ = ["CounterStore", "Hit", "RedisCounters", "SqlCounters", "purge_counters"]
+__all__ = ["CounterStore", "Hit", "RedisCounters", "SqlCounters"]
 
 _table: Table = Base.metadata.tables[RateLimitCounter.__tablename__]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -173,27 +172,6 @@ class SqlCounters:
         else:
             async with self._db.autocommit() as conn:
                 await conn.execute(statement)
-
-
-async def purge_counters(
-    s: AsyncSession, after: str, *, now: datetime, batch_size: int
-) -> tuple[int, str]:
-    """One keyset batch of `authgate purge`: delete up to `batch_size` counters whose window
-    is over, with keys after `after`; (rows deleted, the cursor for the next batch, "" when
-    this was the last)."""
-    keys = list(
-        (
-            await s.execute(
-                select(_table.c.key)
-                .where(_table.c.key > after, _table.c.window_end <= now)
-                .order_by(_table.c.key)
-                .limit(batch_size)
-            )
-        ).scalars()
-    )
-    if keys:
-        await s.execute(delete(_table).where(_table.c.key.in_(keys)))
-    return len(keys), keys[-1] if len(keys) == batch_size else ""
 
 
 # --- Redis ------------------------------------------------------------------------------

@@ -15,11 +15,10 @@ from fastapi.responses import JSONResponse
 from limits.errors import StorageError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from authgate.errors import AuthError, PasswordRejected, ServiceUnavailable
+from authgate.store.errors import DATABASE_ERROR, DATABASE_UNAVAILABLE, refused_by_database
 
 __all__ = ["error_response", "install_error_handlers", "rejected_password"]
 
@@ -37,9 +36,7 @@ _STATUS_CODES = {
 }
 # Errors of the database or the cache being away: 503, never 500.
 _UNAVAILABLE = (
-    OperationalError,
-    InterfaceError,
-    PoolTimeoutError,
+    *DATABASE_UNAVAILABLE,
     OSError,
     TimeoutError,
     RedisConnectionError,
@@ -90,11 +87,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": errors}, status_code=422)
 
     async def on_unavailable(_request: Request, exc: Exception) -> JSONResponse:
-        if (
-            isinstance(exc, DBAPIError)
-            and not isinstance(exc, OperationalError | InterfaceError)
-            and not exc.connection_invalidated
-        ):
+        if refused_by_database(exc):
             return await on_unexpected(_request, exc)
         logger.error("dependency unavailable: %s", type(exc).__name__)
         err = ServiceUnavailable()
@@ -109,6 +102,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AuthError, on_auth_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
-    for exc_type in (*_UNAVAILABLE, DBAPIError):
+    for exc_type in (*_UNAVAILABLE, DATABASE_ERROR):
         app.add_exception_handler(exc_type, on_unavailable)
     app.add_exception_handler(Exception, on_unexpected)

@@ -1,0 +1,70 @@
+"""One-time tokens: password reset and email verification. Stored by digest only; spending
+one is a conditional UPDATE, so of several concurrent spends exactly one matches a row.
+`TokenStore` only flushes: its caller's `db.write()` block commits."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnElement
+
+from authgate.store.models import OneTimeToken
+
+__all__ = ["TokenStore"]
+
+
+class TokenStore:
+    """One-time tokens: password reset and email verification."""
+
+    def __init__(self, s: AsyncSession) -> None:
+        self.s = s
+
+    async def add(
+        self, *, user_id: int, purpose: str, digest: bytes, now: datetime, expires_at: datetime
+    ) -> None:
+        self.s.add(
+            OneTimeToken(
+                user_id=user_id,
+                purpose=purpose,
+                digest=digest,
+                created_at=now,
+                expires_at=expires_at,
+            )
+        )
+        await self.s.flush()
+
+    async def peek(self, purpose: str, digest: bytes, now: datetime) -> int | None:
+        """The user id of a live token, without spending it."""
+        return await self.s.scalar(select(OneTimeToken.user_id).where(*_live(purpose, digest, now)))
+
+    async def spend(self, purpose: str, digest: bytes, now: datetime) -> int | None:
+        """Spend a live token atomically; the user id, or None when none matched."""
+        result = await self.s.execute(
+            update(OneTimeToken)
+            .where(*_live(purpose, digest, now))
+            .values(used_at=now)
+            .returning(OneTimeToken.user_id)
+        )
+        return result.scalar_one_or_none()
+
+    async def spend_all(self, user_id: int, purpose: str, now: datetime) -> None:
+        await self.s.execute(
+            update(OneTimeToken)
+            .where(
+                OneTimeToken.user_id == user_id,
+                OneTimeToken.purpose == purpose,
+                OneTimeToken.used_at.is_(None),
+            )
+            .values(used_at=now)
+        )
+
+
+def _live(purpose: str, digest: bytes, now: datetime) -> tuple[ColumnElement[bool], ...]:
+    return (
+        OneTimeToken.digest == digest,
+        OneTimeToken.purpose == purpose,
+        OneTimeToken.used_at.is_(None),
+        OneTimeToken.expires_at > now,
+    )

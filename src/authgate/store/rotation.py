@@ -1,0 +1,291 @@
+"""Refresh-token rotation: spend the presented token, count the rotation against the
+session's budget, and add its successor, in one unit of work with one result.
+
+Spending is one conditional UPDATE (`used_at IS NULL`), so of several concurrent rotations of
+one token exactly one matches a row; the others find it spent, which is reuse (RFC 9700
+§4.14.2): the whole family is revoked, the legitimate holder's newest token too.
+
+PostgreSQL runs the whole rotation as one autocommitted statement (data-modifying CTEs run
+exactly once and atomically with the statement: one round trip instead of BEGIN, statements
+and COMMIT). SQLite has no DML in CTEs; there the same statements run one by one inside the
+single writer's transaction.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    LargeBinary,
+    Table,
+    bindparam,
+    case,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from authgate.store.db import Database
+from authgate.store.models import Base, RefreshToken, Session, User, UTCDateTime
+from authgate.store.sessions import SessionStore
+
+__all__ = ["Outcome", "RefreshBudget", "Rotation", "rotate"]
+
+# Built once on the Core tables with bind parameters: building them per call cost more
+# Python time than executing them (bench/profiles/refresh-1w.txt).
+_tokens: Table = Base.metadata.tables[RefreshToken.__tablename__]
+_sessions: Table = Base.metadata.tables[Session.__tablename__]
+_users: Table = Base.metadata.tables[User.__tablename__]
+_now = bindparam("now", type_=UTCDateTime())
+_in_window = _sessions.c.refresh_window_start > bindparam("window_floor", type_=UTCDateTime())
+#: A session that has rotated `burst` times in its current window (the per-session refresh
+#: limit): its token is not spent, and the refresh answers 429.
+_over_budget = (
+    select(_sessions.c.id)
+    .where(
+        _sessions.c.id == _tokens.c.session_id,
+        _in_window,
+        _sessions.c.refresh_count >= bindparam("burst"),
+    )
+    .exists()
+)
+_SPEND = (
+    update(_tokens)
+    .where(
+        _tokens.c.digest == bindparam("token_digest"),
+        _tokens.c.used_at.is_(None),
+        _tokens.c.expires_at > bindparam("now"),
+        ~_over_budget,
+    )
+    .values(used_at=bindparam("now"))
+    .returning(_tokens.c.session_id)
+)
+#: Count one rotation in the session's window (a new window once the last one is over).
+_counting = {
+    "refresh_count": case((_in_window, _sessions.c.refresh_count + 1), else_=1),
+    "refresh_window_start": case((_in_window, _sessions.c.refresh_window_start), else_=_now),
+}
+_STATE_COLUMNS = (
+    _sessions.c.id,
+    _sessions.c.user_id,
+    _sessions.c.revoked_at,
+    _sessions.c.expires_at,
+    _users.c.is_active,
+    # A session opened under older credentials (reset, deactivation since) cannot refresh.
+    (_sessions.c.credentials_version == _users.c.credentials_version).label("current"),
+)
+
+# --- SQLite: one statement at a time, inside the writer's transaction ---------------------
+_COUNT_ROTATION = (
+    update(_sessions).where(_sessions.c.id == bindparam("spent_session_id")).values(_counting)
+)
+_STATE_OF = (
+    select(*_STATE_COLUMNS)
+    .select_from(_sessions.join(_users, _users.c.id == _sessions.c.user_id))
+    .where(_sessions.c.id == bindparam("spent_session_id"))
+)
+_INSERT_TOKEN = insert(_tokens)
+
+# --- PostgreSQL: the whole rotation as one statement --------------------------------------
+# Spend the presented token, read its session and user, count the rotation, and insert the
+# successor only if the session is live and the user active and current.
+_spent = _SPEND.cte("spent")
+_state = (
+    select(*_STATE_COLUMNS)
+    .select_from(
+        _spent.join(_sessions, _sessions.c.id == _spent.c.session_id).join(
+            _users, _users.c.id == _sessions.c.user_id
+        )
+    )
+    .cte("state")
+)
+_added = (
+    insert(_tokens)
+    .from_select(
+        ["session_id", "digest", "created_at", "expires_at"],
+        select(
+            _state.c.id,
+            bindparam("new_digest", type_=LargeBinary()),
+            _now,
+            # The successor never outlives its session (LEAST ignores a NULL session end).
+            func.least(bindparam("refresh_end", type_=UTCDateTime()), _state.c.expires_at),
+        ).where(
+            _state.c.revoked_at.is_(None),
+            or_(_state.c.expires_at.is_(None), _state.c.expires_at > _now),
+            _state.c.is_active,
+            _state.c.current,
+        ),
+    )
+    .returning(_tokens.c.session_id)
+    .cte("added")
+)
+_counted = (
+    update(_sessions)
+    .where(_sessions.c.id.in_(select(_spent.c.session_id)))
+    .values(_counting)
+    .returning(_sessions.c.id)
+    .cte("counted")
+)
+_ROTATE = select(
+    *_state.c,
+    exists(select(_added.c.session_id)).label("rotated"),
+    exists(select(_counted.c.id)).label("counted"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshBudget:
+    """The per-session refresh limit: at most `burst` rotations in a fixed window of
+    `window` seconds that begins at the first rotation after the last window ended."""
+
+    burst: int
+    window: int
+
+    def params(self, now: datetime) -> dict[str, Any]:
+        return {"window_floor": now - timedelta(seconds=self.window), "burst": self.burst}
+
+
+class Outcome(enum.Enum):
+    #: Spent, and its successor added: `session_id`, `user_id`, `session_end` are set.
+    ROTATED = "rotated"
+    #: Spent now, but its session is over (revoked, expired, user inactive or credentials
+    #: changed since it opened): no successor. `session_id`, `user_id` are set.
+    ENDED = "ended"
+    #: Unknown (never issued, or purged), or expired unused: nothing written.
+    INVALID = "invalid"
+    #: Spent before: its family is now revoked. `session_id` is set.
+    REUSED = "reused"
+    #: Live, but its session is over the per-session budget: not spent. `session_id` and
+    #: `retry_after` (whole seconds, at least 1) are set.
+    LIMITED = "limited"
+
+
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    """What became of a presented refresh token (see `Outcome` for which fields are set)."""
+
+    outcome: Outcome
+    session_id: str | None = None
+    user_id: int | None = None
+    session_end: datetime | None = None
+    retry_after: int = 0
+
+
+_INVALID = Rotation(Outcome.INVALID)
+
+
+async def rotate(
+    db: Database,
+    token_digest: bytes,
+    new_digest: bytes,
+    *,
+    now: datetime,
+    refresh_end: datetime,
+    budget: RefreshBudget,
+) -> Rotation:
+    """Rotate the token with `token_digest` to one with `new_digest`, committed. The successor
+    expires at `refresh_end`, or at its session's end if that comes first."""
+    if db.is_sqlite:
+        async with db.write() as s:
+            return await _rotate_in(s, token_digest, new_digest, now, refresh_end, budget)
+    params: dict[str, Any] = {"token_digest": token_digest, "new_digest": new_digest, "now": now}
+    params["refresh_end"] = refresh_end
+    params.update(budget.params(now))
+    async with db.autocommit() as conn:
+        row = (await conn.execute(_ROTATE, params)).one_or_none()
+    if row is not None:
+        return Rotation(
+            Outcome.ROTATED if row.rotated else Outcome.ENDED,
+            row.id,
+            row.user_id,
+            row.expires_at,
+        )
+    async with db.write() as s:
+        return await _not_spent(s, token_digest, now, budget)
+
+
+async def _rotate_in(
+    s: AsyncSession,
+    token_digest: bytes,
+    new_digest: bytes,
+    now: datetime,
+    refresh_end: datetime,
+    budget: RefreshBudget,
+) -> Rotation:
+    """SQLite: the rotation's statements one by one, in the writer's transaction `s`."""
+    params = {"token_digest": token_digest, "now": now, **budget.params(now)}
+    session_id = (await s.execute(_SPEND, params)).scalar_one_or_none()
+    if session_id is None:
+        return await _not_spent(s, token_digest, now, budget)
+    await s.execute(
+        _COUNT_ROTATION, {"spent_session_id": session_id, "now": now, **budget.params(now)}
+    )
+    # The session row exists: the token's foreign key cascades from it.
+    row = (await s.execute(_STATE_OF, {"spent_session_id": session_id})).one()
+    end: datetime | None = row.expires_at
+    if (
+        row.revoked_at is not None
+        or (end is not None and now >= end)
+        or not row.is_active
+        or not row.current
+    ):
+        return Rotation(Outcome.ENDED, session_id, row.user_id, end)
+    await s.execute(
+        _INSERT_TOKEN,
+        {
+            "session_id": session_id,
+            "digest": new_digest,
+            "created_at": now,
+            "expires_at": min(refresh_end, end) if end is not None else refresh_end,
+        },
+    )
+    return Rotation(Outcome.ROTATED, session_id, row.user_id, end)
+
+
+async def _not_spent(
+    s: AsyncSession, token_digest: bytes, now: datetime, budget: RefreshBudget
+) -> Rotation:
+    """Why the spend matched nothing, in the write transaction `s`; reuse revokes the family."""
+    sessions = SessionStore(s)
+    owner = await sessions.refresh_owner(token_digest)
+    if owner is None:
+        return _INVALID
+    session_id, used = owner
+    if not used:
+        # Unused yet not spent: expired, or its session is over the refresh limit.
+        retry_after = await _retry_after(s, token_digest, now, budget)
+        if retry_after is None:
+            return _INVALID
+        return Rotation(Outcome.LIMITED, session_id, retry_after=retry_after)
+    await sessions.revoke(session_id, now, "reuse")
+    return Rotation(Outcome.REUSED, session_id)
+
+
+async def _retry_after(
+    s: AsyncSession, token_digest: bytes, now: datetime, budget: RefreshBudget
+) -> int | None:
+    """Seconds until the session of this live, unused token may rotate again, when it is
+    over `budget` (why the rotation matched nothing); None otherwise."""
+    row = (
+        await s.execute(
+            select(Session.refresh_window_start, Session.refresh_count)
+            .join(RefreshToken, RefreshToken.session_id == Session.id)
+            .where(
+                RefreshToken.digest == token_digest,
+                RefreshToken.used_at.is_(None),
+                RefreshToken.expires_at > now,
+            )
+        )
+    ).one_or_none()
+    if row is None or row.refresh_window_start is None or row.refresh_count < budget.burst:
+        return None
+    ends = row.refresh_window_start + timedelta(seconds=budget.window)
+    return max(1, math.ceil((ends - now).total_seconds())) if ends > now else None
