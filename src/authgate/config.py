@@ -66,6 +66,7 @@ class AuthConfig(BaseSettings):
     session_max_age: int = Field(default=2_592_000, ge=0)
     reset_ttl: int = Field(default=3600, gt=0)
     verify_ttl: int = Field(default=86_400, gt=0)
+    email_change_ttl: int = Field(default=3600, gt=0)
 
     smtp_url: SecretStr | None = None
     smtp_timeout: float = Field(default=10.0, gt=0)
@@ -73,6 +74,12 @@ class AuthConfig(BaseSettings):
     public_url: str = "http://127.0.0.1:8000"
     reset_path: str = "/reset-password"
     verify_path: str = "/verify-email"
+    email_change_path: str = "/confirm-email-change"
+    #: The product's name in mail subjects and copy ("Reset your password for <name>").
+    product_name: str = Field(default="authgate", min_length=1, max_length=100)
+    #: A folder of the team's own mail templates (`<purpose>.txt` / `.html`); a template it
+    #: lacks comes from authgate's own.
+    templates_dir: Path | None = None
 
     cookie_secure: bool = True
     cookie_samesite: Literal["lax", "strict", "none"] = "lax"
@@ -91,6 +98,8 @@ class AuthConfig(BaseSettings):
     reset_limit_per_ip: str = "20/hour"
     reset_limit_per_account: str = "5/hour"
     verify_limit_per_ip: str = "20/hour"
+    #: Email-change requests per account (each mails a link to an address the user typed).
+    email_change_limit_per_account: str = "5/hour"
     #: Rotations per session (a small burst in a fixed window): one client refreshing in a
     #: loop cannot grow the refresh-token table without bound. Over it, refresh answers 429
     #: and the presented token stays valid.
@@ -140,6 +149,7 @@ class AuthConfig(BaseSettings):
 
     password_reset_send_fn: SenderFn | None = Field(default=None, exclude=True)
     email_verify_send_fn: SenderFn | None = Field(default=None, exclude=True)
+    email_change_send_fn: SenderFn | None = Field(default=None, exclude=True)
 
     @field_validator("prefix")
     @classmethod
@@ -176,6 +186,7 @@ class AuthConfig(BaseSettings):
         "reset_limit_per_ip",
         "reset_limit_per_account",
         "verify_limit_per_ip",
+        "email_change_limit_per_account",
         "refresh_limit_per_session",
     )
     @classmethod

@@ -66,6 +66,7 @@ class Policy(Enum):
     RESET_PER_IP = ("reset_per_ip", "reset_limit_per_ip", True)
     RESET_PER_ACCOUNT = ("reset_per_account", "reset_limit_per_account", False)
     VERIFY_PER_IP = ("verify_per_ip", "verify_limit_per_ip", True)
+    EMAIL_CHANGE_PER_ACCOUNT = ("email_change_per_account", "email_change_limit_per_account", False)
 
     def __init__(self, key: str, setting: str, per_ip: bool) -> None:
         self.key = key
