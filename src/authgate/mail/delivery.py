@@ -1,24 +1,36 @@
-"""Delivering reset and verification tokens: through the configured callables or over SMTP.
+"""Delivering mail: one-time tokens (reset, verification, email change) through the configured
+callables or over SMTP, and notices over SMTP.
 
 A sender function given in `AuthConfig` wins over SMTP; with neither, the feature is off and
-its request endpoint answers 501.
+its request endpoint answers 501. Notices (contract §5) go out over SMTP only, and never carry
+a token: without `AUTHGATE_SMTP_URL` there are none.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.message import EmailMessage
+from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlencode, urlsplit
 
 import aiosmtplib
 
 from authgate.config import AuthConfig, SenderFn
-from authgate.mail.render import Purpose, render
+from authgate.mail.render import MailName, NoticeKind, Purpose, check_templates, render
 
-__all__ = ["CallableSender", "MailSender", "Purpose", "SmtpSender", "make_senders"]
+__all__ = [
+    "CallableSender",
+    "MailSender",
+    "NoticeKind",
+    "Notices",
+    "Purpose",
+    "SmtpSender",
+    "make_notices",
+    "make_senders",
+]
 
 
 class MailSender(Protocol):
@@ -44,7 +56,7 @@ class SmtpSettings:
     hostname: str
     port: int
     username: str | None
-    password: str | None
+    password: str | None = field(repr=False)  # never in a repr that may reach a log
     use_tls: bool
     start_tls: bool | None
     timeout: float
@@ -70,66 +82,115 @@ class SmtpSettings:
             timeout=timeout,
         )
 
+    async def deliver(self, message: EmailMessage) -> None:
+        await aiosmtplib.send(
+            message,
+            hostname=self.hostname,
+            port=self.port,
+            username=self.username,
+            password=self.password,
+            use_tls=self.use_tls,
+            start_tls=self.start_tls,
+            timeout=self.timeout,
+        )
 
-class SmtpSender:
-    """Mails a link carrying the token, its copy rendered from the templates (`render.py`)."""
 
-    def __init__(
-        self, settings: SmtpSettings, *, purpose: Purpose, mail_from: str, link_base: str
-    ) -> None:
-        self._settings = settings
-        self._purpose = purpose
-        self._mail_from = mail_from
-        self._link_base = link_base
+@dataclass(frozen=True)
+class Mailer:
+    """What every mail over SMTP shares: the server, the sender address, the templates and
+    the values each template is given besides its own (`product_name`, `public_url`)."""
 
-    def link(self, token: str) -> str:
-        return f"{self._link_base}?{urlencode({'token': token})}"
+    smtp: SmtpSettings
+    mail_from: str
+    product_name: str
+    public_url: str
+    templates_dir: Path | None
 
-    def message(self, email: str, token: str) -> EmailMessage:
-        mail = render(self._purpose, link=self.link(token))
+    @classmethod
+    def from_config(cls, config: AuthConfig) -> Mailer | None:
+        """None without `AUTHGATE_SMTP_URL`; the templates are checked once here, at start."""
+        if config.smtp_url is None:
+            return None
+        check_templates(config.templates_dir)
+        return cls(
+            smtp=SmtpSettings.from_url(config.smtp_url.get_secret_value(), config.smtp_timeout),
+            mail_from=config.mail_from,
+            product_name=config.product_name,
+            public_url=config.public_url,
+            templates_dir=config.templates_dir,
+        )
+
+    def message(self, name: MailName, email: str, **context: str) -> EmailMessage:
+        """Mail `name` to `email`: a text part and its HTML alternative."""
+        values = {
+            **context,
+            "email": email,
+            "product_name": self.product_name,
+            "public_url": self.public_url,
+        }
+        mail = render(name, templates_dir=self.templates_dir, **values)
         msg = EmailMessage()
-        msg["From"] = self._mail_from
+        msg["From"] = self.mail_from
         msg["To"] = email
         msg["Subject"] = mail.subject
         msg.set_content(mail.text)
         msg.add_alternative(mail.html, subtype="html")
         return msg
 
+
+class SmtpSender:
+    """Mails a link carrying the token (`<public_url><path>?token=…`)."""
+
+    def __init__(self, mailer: Mailer, *, purpose: Purpose, link_base: str) -> None:
+        self._mailer = mailer
+        self._purpose = purpose
+        self._link_base = link_base
+
+    def link(self, token: str) -> str:
+        return f"{self._link_base}?{urlencode({'token': token})}"
+
+    def message(self, email: str, token: str) -> EmailMessage:
+        return self._mailer.message(self._purpose, email, link=self.link(token))
+
     async def send(self, email: str, token: str) -> None:
-        s = self._settings
-        await aiosmtplib.send(
-            self.message(email, token),
-            hostname=s.hostname,
-            port=s.port,
-            username=s.username,
-            password=s.password,
-            use_tls=s.use_tls,
-            start_tls=s.start_tls,
-            timeout=s.timeout,
-        )
+        await self._mailer.smtp.deliver(self.message(email, token))
+
+
+class Notices:
+    """Mails telling an account's owner that something happened to it; never a token."""
+
+    def __init__(self, mailer: Mailer) -> None:
+        self._mailer = mailer
+
+    def message(self, kind: NoticeKind, email: str, **context: str) -> EmailMessage:
+        if "token" in context or "link" in context:
+            # The names only: a notice never carries a token, and no value is ever quoted.
+            raise TypeError("a notice carries no token and no link with one")
+        return self._mailer.message(kind, email, **context)
+
+    async def send(self, kind: NoticeKind, email: str, **context: str) -> None:
+        await self._mailer.smtp.deliver(self.message(kind, email, **context))
 
 
 def make_senders(config: AuthConfig) -> dict[Purpose, MailSender | None]:
-    smtp = (
-        SmtpSettings.from_url(config.smtp_url.get_secret_value(), config.smtp_timeout)
-        if config.smtp_url is not None
-        else None
-    )
-    out: dict[Purpose, MailSender | None] = {}
+    mailer = Mailer.from_config(config)
     plan: tuple[tuple[Purpose, SenderFn | None, str], ...] = (
         ("reset", config.password_reset_send_fn, config.reset_path),
         ("verify", config.email_verify_send_fn, config.verify_path),
+        ("email_change", config.email_change_send_fn, config.email_change_path),
     )
+    out: dict[Purpose, MailSender | None] = {}
     for purpose, fn, path in plan:
         if fn is not None:
             out[purpose] = CallableSender(fn)
-        elif smtp is not None:
-            out[purpose] = SmtpSender(
-                smtp,
-                purpose=purpose,
-                mail_from=config.mail_from,
-                link_base=config.public_url + path,
-            )
+        elif mailer is not None:
+            out[purpose] = SmtpSender(mailer, purpose=purpose, link_base=config.public_url + path)
         else:
             out[purpose] = None
     return out
+
+
+def make_notices(config: AuthConfig) -> Notices | None:
+    """Notices over SMTP, or None when `AUTHGATE_SMTP_URL` is unset (there are no others)."""
+    mailer = Mailer.from_config(config)
+    return None if mailer is None else Notices(mailer)

@@ -1,21 +1,39 @@
-"""The copy of the mails, rendered from the Jinja2 templates shipped in `mail/templates/`.
+"""The copy of the mails, rendered from Jinja2 templates.
 
-Each purpose has `<purpose>.txt` (which also sets `subject`) and `<purpose>.html`. HTML is
-autoescaped; a name a template uses but is not given fails the render (`StrictUndefined`)
-rather than mailing a hole.
+Each mail has `<name>.txt` (which also sets `subject`) and `<name>.html`, shipped in
+`mail/templates/`. A team's folder (`AUTHGATE_TEMPLATES_DIR`) is searched first, file by file:
+a template it lacks comes from authgate's own. HTML is autoescaped; a name a template uses but
+is not given fails the render (`StrictUndefined`) rather than mailing a hole.
+
+What each template is given (every value a string):
+
+    every mail     product_name, public_url, email (the recipient), subject (HTML only)
+    reset, verify, email_change    link (carrying the token; email_change goes to the new address)
+    password_changed               changed_at
+    email_change_requested         new_email (the notice goes to the current address)
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Literal, get_args
 
 import jinja2
 
-__all__ = ["Purpose", "RenderedMail", "render"]
+from authgate.config import AuthConfig, ConfigError
 
-Purpose = Literal["reset", "verify"]
+__all__ = ["MailName", "NoticeKind", "Purpose", "RenderedMail", "check_templates", "render"]
+
+#: Mails that carry a one-time token in a link.
+Purpose = Literal["reset", "verify", "email_change"]
+#: Notices: never a token, never a link with one. A new kind is one name here and its two
+#: templates.
+NoticeKind = Literal["password_changed", "email_change_requested"]
+MailName = Purpose | NoticeKind
+
+_DEFAULT_PRODUCT_NAME: str = AuthConfig.model_fields["product_name"].default
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,9 +44,13 @@ class RenderedMail:
 
 
 @functools.cache
-def _environment() -> jinja2.Environment:
+def _environment(templates_dir: Path | None = None) -> jinja2.Environment:
+    """One environment per templates folder (its compiled templates are cached in it)."""
+    loader: jinja2.BaseLoader = jinja2.PackageLoader("authgate.mail", "templates")
+    if templates_dir is not None:
+        loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(templates_dir), loader])
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("authgate.mail", "templates"),
+        loader=loader,
         autoescape=jinja2.select_autoescape(["html"]),
         undefined=jinja2.StrictUndefined,
         # The text part keeps its last newline; `{% set %}` lines leave none behind.
@@ -37,9 +59,27 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def render(purpose: Purpose, *, link: str) -> RenderedMail:
-    env = _environment()
-    text = env.get_template(f"{purpose}.txt").make_module({"link": link})
-    html = env.get_template(f"{purpose}.html").render(link=link)
-    subject = getattr(text, "subject")  # noqa: B009 - set by the template, unknown to mypy
-    return RenderedMail(subject=str(subject), text=str(text), html=html)
+def render(name: MailName, *, templates_dir: Path | None = None, **context: str) -> RenderedMail:
+    """The subject, text and HTML of mail `name`; `product_name` defaults to authgate's."""
+    context.setdefault("product_name", _DEFAULT_PRODUCT_NAME)
+    env = _environment(templates_dir)
+    text = env.get_template(f"{name}.txt").make_module(context)
+    subject = str(getattr(text, "subject"))  # noqa: B009 - set by the template, unknown to mypy
+    html = env.get_template(f"{name}.html").render(context, subject=subject)
+    # A header cannot hold a line break: a template's subject is kept on one line.
+    return RenderedMail(subject=" ".join(subject.split()), text=str(text), html=html)
+
+
+def check_templates(templates_dir: Path | None) -> None:
+    """Compile every template once, at start: a missing folder or a template that does not
+    parse is a `ConfigError` then, not a mail that fails later in the background."""
+    if templates_dir is not None and not templates_dir.is_dir():
+        raise ConfigError(f"AUTHGATE_TEMPLATES_DIR {templates_dir} is not a directory")
+    env = _environment(templates_dir)
+    for name in (*get_args(Purpose), *get_args(NoticeKind)):
+        for suffix in ("txt", "html"):
+            try:
+                env.get_template(f"{name}.{suffix}")
+            except jinja2.TemplateSyntaxError as exc:
+                where = f"{exc.filename or name + '.' + suffix}, line {exc.lineno}"
+                raise ConfigError(f"mail template {where}: {exc.message}") from None
