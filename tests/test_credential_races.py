@@ -37,7 +37,7 @@ from tests.conftest import (
     register,
     running,
 )
-from tests.test_serve import serving
+from tests.processes.test_serve import serving
 
 ANN = "ann@example.com"
 NEW_PASSWORD = "a brand new passphrase"

@@ -53,8 +53,8 @@ from tests.conftest import (
     require_backend,
     running,
 )
-from tests.test_cli import assert_user_error, create_cmd, run_cmd, run_many
-from tests.test_cli import authgate as authgate_cli
+from tests.processes.test_cli import assert_user_error, create_cmd, run_cmd, run_many
+from tests.processes.test_cli import authgate as authgate_cli
 
 FULLWIDTH_SAM = "\uff53am@example.com"  # "sam" with a fullwidth s
 LONG_S_SAM = "\u017fam@example.com"  # "sam" with a long s

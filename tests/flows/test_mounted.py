@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import PASSWORD, TEST_SECRET, Backend, bearer, login, register, running
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "mount_fastapi.py"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "mount_fastapi.py"
 
 
 async def test_mounted_app_protects_its_own_routes(

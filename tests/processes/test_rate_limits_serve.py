@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import PASSWORD, Backend, clean_env
-from tests.test_serve import Server, serving
+from tests.processes.test_serve import Server, serving
 
 pytestmark = pytest.mark.subprocess
 

@@ -249,7 +249,7 @@ def test_python_dash_m_help() -> None:
 @pytest.mark.subprocess
 def test_readme_curl_walkthrough(backend: Backend, tmp_path: Path) -> None:
     """examples/walkthrough.sh is the README's curl walkthrough; it runs against a real server."""
-    script = Path(__file__).parent.parent / "examples" / "walkthrough.sh"
+    script = Path(__file__).parents[2] / "examples" / "walkthrough.sh"
     env = clean_env({**backend.env, "AUTHGATE_COOKIE_SECURE": "false"})
     with serving(env, tmp_path / "logs") as server:
         result = subprocess.run(
