@@ -20,7 +20,7 @@ from pydantic import SecretStr
 
 from authgate.config import MIN_SECRET_KEY_LENGTH, AuthConfig, ConfigError
 
-__all__ = ["ensure_private_dir", "ensure_secret_key", "write_once"]
+__all__ = ["ensure_private_dir", "ensure_secret_key", "one_host", "write_once"]
 
 logger = logging.getLogger("authgate")
 
@@ -32,16 +32,16 @@ def ensure_secret_key(config: AuthConfig) -> AuthConfig:
 
     The key file is created with O_EXCL and mode 0600, so when several workers start at once
     exactly one writes it and the others read that one. A key that is set explicitly is used
-    as it is and nothing is written.
+    as it is and nothing is written. Only a database server is refused (`one_host`).
     """
     if config.secret_key is not None:
         return config
-    if not config.embedded:
+    if not one_host(config):
         # Several workers and hosts share one database; a key generated on each would make
         # every host refuse the others' tokens.
         raise ConfigError(
-            "AUTHGATE_SECRET_KEY must be set when DATABASE_URL is set (every worker and host "
-            "needs the same key); generate one with: "
+            "AUTHGATE_SECRET_KEY must be set when DATABASE_URL names a database server (every "
+            "worker and host needs the same key); generate one with: "
             "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
         )
     path = config.data_dir / SECRET_KEY_FILE
@@ -58,6 +58,16 @@ def ensure_secret_key(config: AuthConfig) -> AuthConfig:
             path,
         )
     return config.model_copy(update={"secret_key": SecretStr(key)})
+
+
+def one_host(config: AuthConfig) -> bool:
+    """True when every process that can use the database runs on this host: the embedded
+    default or an explicit SQLite file (`sqlite:///…`, any driver). Then keys may be generated
+    and kept in the data dir; with a database server (PostgreSQL) they must be configured."""
+    if config.database_url is None:
+        return True
+    scheme = config.database_url.partition(":")[0]
+    return scheme.partition("+")[0].strip().lower() == "sqlite"
 
 
 def write_once(path: Path, data: bytes, *, complete: Callable[[bytes], bool]) -> tuple[bytes, bool]:
