@@ -20,9 +20,10 @@ from authgate.config import AuthConfig
 from authgate.datadir import ensure_secret_key
 from authgate.factors.hashing import PasswordHashing
 from authgate.factors.password_rules import common_passwords
-from authgate.mail.delivery import make_senders
+from authgate.mail.delivery import make_notices, make_senders
 from authgate.services.accounts import AccountService
 from authgate.services.context import Background, Clock, Services, utcnow
+from authgate.services.self_service import SelfService
 from authgate.services.sessions import SessionService
 from authgate.store.db import Database, upgrade_schema
 from authgate.store.limits import CounterStore, RedisCounters, SqlCounters
@@ -31,7 +32,13 @@ from authgate.tokens.jwks import load_signing_keys
 from authgate.tokens.keys import Keys
 from authgate.web.handlers import install_error_handlers
 from authgate.web.middleware import RequestGuard
-from authgate.web.routes import add_docs, auth_router, email_router, health_router
+from authgate.web.routes import (
+    add_docs,
+    auth_router,
+    email_router,
+    health_router,
+    self_service_router,
+)
 from authgate.web.transport import rate_limit_address
 
 __all__ = ["AuthGate", "create_app"]
@@ -71,6 +78,7 @@ class AuthGate:
             hashing=PasswordHashing(max_concurrency=cfg.hash_threads, max_wait=cfg.hash_max_wait),
             limiter=_rate_limiter(cfg, self.cache, db, clock),
             senders=make_senders(cfg),
+            notices=make_notices(cfg),
             background=Background(),
             clock=clock,
             session_states=self.cache.session_states(
@@ -84,6 +92,7 @@ class AuthGate:
         )
         self.sessions = SessionService(self.services)
         self.accounts = AccountService(self.services)
+        self.self_service = SelfService(self.services)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
@@ -110,6 +119,7 @@ class AuthGate:
         app.state.authgate = self
         app.include_router(auth_router(self))
         app.include_router(email_router(self))
+        app.include_router(self_service_router(self))
         app.include_router(health_router(self))
         install_error_handlers(app)
         origins = [o.strip() for o in self.config.cors_origins.split(",") if o.strip()]

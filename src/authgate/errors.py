@@ -39,12 +39,14 @@ __all__ = [
     "InvalidRefreshToken",
     "NotAuthenticated",
     "NotConfigured",
+    "NotFound",
     "PasswordRejected",
     "PayloadTooLarge",
     "RateLimited",
     "RefreshTokenReused",
     "ServiceUnavailable",
     "Unauthorized",
+    "WrongPassword",
 ]
 
 
@@ -103,6 +105,17 @@ class Forbidden(AuthError):
 class CsrfFailed(Forbidden):
     code = "csrf_failed"
     detail = "Missing or invalid CSRF token."
+
+
+class WrongPassword(Forbidden):
+    code = "wrong_password"
+    detail = "The password is wrong."
+
+
+class NotFound(AuthError):
+    status_code = 404
+    code = "not_found"
+    detail = "Not found."
 
 
 class Conflict(AuthError):

@@ -13,7 +13,8 @@ Every record goes to the `authgate.events` logger with the message set to the ev
     request_id, client_ip, user_agent   from the HTTP request, when there is one
 
 No value is ever a password, token or token digest: callers pass only the fields above.
-`JsonFormatter` writes each record as one JSON line.
+`JsonFormatter` writes each record as one JSON line, `TextFormatter` as one readable line (for a
+terminal); neither writes a traceback, only the exception's type.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ __all__ = [
     "AccessLogFilter",
     "JsonFormatter",
     "RequestContext",
+    "TextFormatter",
     "emit",
+    "log_config",
     "redact_query",
     "request_context",
 ]
@@ -76,22 +79,116 @@ def emit(
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message and any `authgate` fields."""
+    """One JSON object per line: time, level, logger, message and any `authgate` fields; an
+    access line of uvicorn's also as client, method, path (query values redacted), status."""
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": _message(record),
         }
-        fields = getattr(record, "authgate", None)
-        if isinstance(fields, dict):
-            out.update(fields)
-        if record.exc_info and record.exc_info[0] is not None:
-            # Only the exception's type: messages of driver errors may quote SQL values.
-            out["exception"] = record.exc_info[0].__name__
+        out.update(_fields(record))
         return json.dumps(out, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """One readable line per record, for a terminal: local time, level, logger, message, then
+    any fields as `key=value`. Control characters are escaped: a request's text cannot move
+    the cursor or fake a line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = datetime.fromtimestamp(record.created).strftime("%Y-%m-%d %H:%M:%S")
+        message = _message(record)
+        fields = " ".join(
+            f"{key}={_quoted(value)}"
+            for key, value in _fields(record, access=False).items()
+            if not (key == "event" and value == message)
+        )
+        line = f"{when} {record.levelname:<7} {record.name}: {message}"
+        return _CONTROL.sub(_escape, f"{line}  {fields}" if fields else line)
+
+
+#: uvicorn's access line: `(client, method, target, http version, status)` as `args`.
+_ACCESS_FORMAT = '%s - "%s %s HTTP/%s" %d'
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _access_args(record: logging.LogRecord) -> tuple[Any, ...] | None:
+    args = record.args
+    if record.name == "uvicorn.access" and isinstance(args, tuple) and len(args) == 5:
+        return (*args[:2], redact_query(str(args[2])), *args[3:])
+    return None
+
+
+def _message(record: logging.LogRecord) -> str:
+    # The target is redacted here too, for a handler that lacks `AccessLogFilter`.
+    access = _access_args(record)
+    if access is not None and record.msg == _ACCESS_FORMAT:
+        return _ACCESS_FORMAT % access
+    return record.getMessage()
+
+
+def _fields(record: logging.LogRecord, *, access: bool = True) -> dict[str, Any]:
+    """The record's fields: an access line's parts (`access`), authgate's, the exception."""
+    out: dict[str, Any] = {}
+    parts = _access_args(record) if access else None
+    if parts is not None:
+        client, method, path, version, status = parts
+        out.update(client=client, method=method, path=path, http_version=version, status=status)
+    fields = getattr(record, "authgate", None)
+    if isinstance(fields, dict):
+        out.update(fields)
+    if record.exc_info and record.exc_info[0] is not None:
+        # Only the exception's type: messages of driver errors may quote SQL values.
+        out["exception"] = record.exc_info[0].__name__
+    return out
+
+
+def _quoted(value: Any) -> str:
+    text = str(value)
+    return json.dumps(text) if not text or re.search(r'[\s"=]', text) else text
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def log_config(level: int, *, json_stderr: bool, json_stdout: bool) -> dict[str, Any]:
+    """`logging.config.dictConfig` for the command line and uvicorn: authgate's lines (from
+    `level`), uvicorn's and any other warning on stderr, uvicorn's access lines on stdout
+    (query values redacted before any handler sees them); JSON or text, per stream."""
+
+    def handler(stream: str, as_json: bool, *filters: str) -> dict[str, Any]:
+        return {
+            "class": "logging.StreamHandler",
+            "stream": f"ext://sys.{stream}",
+            "formatter": "json" if as_json else "text",
+            "filters": list(filters),
+        }
+
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": JsonFormatter}, "text": {"()": TextFormatter}},
+        "filters": {"redact_query": {"()": AccessLogFilter}},
+        "handlers": {
+            "stderr": handler("stderr", json_stderr),
+            "access": handler("stdout", json_stdout, "redact_query"),
+        },
+        "loggers": {
+            "authgate": {"handlers": ["stderr"], "level": level, "propagate": False},
+            "uvicorn": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
+            "uvicorn.access": {
+                "handlers": ["access"],
+                "level": "INFO",
+                "propagate": False,
+                "filters": ["redact_query"],
+            },
+        },
+        "root": {"handlers": ["stderr"], "level": "WARNING"},
+    }
 
 
 def redact_query(target: str) -> str:

@@ -16,7 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-__all__ = ["Principal", "SessionState"]
+__all__ = ["NO_CLIENT", "Client", "Principal", "SessionInfo", "SessionState"]
+
+#: Longest user agent kept for a session (contract §5); longer ones are cut.
+MAX_USER_AGENT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +44,33 @@ class SessionState:
     revoked: bool
     #: The session's absolute end (`SESSION_MAX_AGE`); None: no end but the refresh tokens'.
     expires_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """Where a login or refresh came from, as the user's list of sessions shows it."""
+
+    ip: str | None
+    user_agent: str | None
+
+    @classmethod
+    def of(cls, ip: str | None, user_agent: str | None) -> Client:
+        """`user_agent` cut to `MAX_USER_AGENT` characters; empty values as None."""
+        return cls(ip or None, user_agent[:MAX_USER_AGENT] if user_agent else None)
+
+
+#: Nothing known of the client (the command line, a library call without one).
+NO_CLIENT = Client(None, None)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One live session of a user, as GET /sessions lists it."""
+
+    id: str
+    created_at: datetime
+    #: The login or the latest refresh.
+    last_active_at: datetime
+    expires_at: datetime | None
+    ip: str | None
+    user_agent: str | None

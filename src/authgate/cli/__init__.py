@@ -7,12 +7,12 @@ Exit codes: 0 success, 1 a failure the user can act on (one line on stderr, no t
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
+import logging.config
 import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
 from pydantic import ValidationError
@@ -78,6 +78,9 @@ def _run_async(runner: Callable[[], Coroutine[Any, Any, T]]) -> T:
 @click.version_option(package_name="authgate")
 def main() -> None:
     """authgate: email-and-password authentication service."""
+    # Before anything logs (the generated-key warning); `serve` then shows INFO lines too.
+    logging.config.dictConfig(_log_config(logging.WARNING))
+    logging.captureWarnings(True)
 
 
 def _migrate(config: AuthConfig) -> None:
@@ -103,6 +106,7 @@ def serve(host: str, port: int, workers: int) -> None:
     """Start the HTTP service (migrates the database first)."""
     import uvicorn
 
+    logging.config.dictConfig(_log_config(logging.INFO))
     config = _config()
     _migrate(config)  # once, before any worker starts
     if config.hash_threads is None:
@@ -115,7 +119,7 @@ def serve(host: str, port: int, workers: int) -> None:
         host=host,
         port=port,
         workers=workers,
-        log_config=_log_config(),
+        log_config=_log_config(logging.INFO),  # each worker configures its own
         proxy_headers=False,
         server_header=False,
         ws="none",  # no WebSocket routes: no upgrade handling either
@@ -144,23 +148,19 @@ def _http_protocol(config: AuthConfig) -> dict[str, Any]:
     }
 
 
-def _log_config() -> dict[str, Any]:
-    from uvicorn.config import LOGGING_CONFIG
+def _log_config(level: int) -> dict[str, Any]:
+    """One format per stream: JSON, or one readable line on a terminal;
+    `AUTHGATE_LOG_FORMAT=json|text` picks one for both (a setting of the command only)."""
+    from authgate.events import log_config
 
-    cfg = copy.deepcopy(LOGGING_CONFIG)
-    cfg["formatters"]["authgate"] = {"()": "authgate.events.JsonFormatter"}
-    cfg["handlers"]["authgate"] = {
-        "formatter": "authgate",
-        "class": "logging.StreamHandler",
-        "stream": "ext://sys.stderr",
-    }
-    cfg["loggers"]["authgate"] = {"handlers": ["authgate"], "level": "INFO", "propagate": False}
-    # uvicorn's access log names each request target: query values (reset and verification
-    # tokens in the mailed links) are redacted before any handler sees the record.
-    cfg.setdefault("filters", {})["redact_query"] = {"()": "authgate.events.AccessLogFilter"}
-    cfg["handlers"]["access"]["filters"] = ["redact_query"]
-    cfg["loggers"]["uvicorn.access"]["filters"] = ["redact_query"]
-    return cfg
+    chosen = os.environ.get("AUTHGATE_LOG_FORMAT", "").strip().lower()
+    if chosen not in ("", "json", "text"):
+        raise click.ClickException("AUTHGATE_LOG_FORMAT must be json or text")
+
+    def as_json(stream: TextIO) -> bool:
+        return chosen == "json" if chosen else not stream.isatty()
+
+    return log_config(level, json_stderr=as_json(sys.stderr), json_stdout=as_json(sys.stdout))
 
 
 @main.group()

@@ -108,7 +108,7 @@ class AccountService:
             if user_id is None:
                 raise InvalidOneTimeToken()
             await UserStore(s).set_password(user_id, password_hash, now)
-            await tokens.spend_all(user_id, "reset", now)
+            await tokens.spend_all(user_id, now, "reset")
             revoked = await SessionStore(s).revoke_all(user_id, now, "password_reset")
         await self.sv.sessions_revoked(revoked)
         events.emit("password_reset_completed", user_id=user_id)
@@ -136,7 +136,7 @@ class AccountService:
             if user_id is None:
                 raise InvalidOneTimeToken()
             await UserStore(s).set_flags(user_id, now, email_verified=True)
-            await tokens.spend_all(user_id, "verify", now)
+            await tokens.spend_all(user_id, now, "verify")
         await self.sv.user_changed(user_id)
         events.emit("verification_completed", user_id=user_id)
 

@@ -16,7 +16,7 @@ from authgate.cache.ratelimit import RateLimiter
 from authgate.cache.state import DatabaseStates, SessionStates
 from authgate.config import AuthConfig
 from authgate.factors.hashing import PasswordHashing
-from authgate.mail.delivery import MailSender, Purpose
+from authgate.mail.delivery import MailSender, Notices, Purpose
 from authgate.store.db import Database
 from authgate.tokens.keys import Keys
 
@@ -73,6 +73,8 @@ class Services:
     limiter: RateLimiter
     senders: dict[Purpose, MailSender | None]
     background: Background
+    #: Notice mails (password changed, email change requested); None without SMTP.
+    notices: Notices | None = None
     clock: Clock = utcnow
     #: Session state in tiers (cache/state.py): `Cache.session_states`; the database alone
     #: without a shared cache.

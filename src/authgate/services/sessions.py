@@ -18,7 +18,7 @@ from authgate.errors import (
 )
 from authgate.factors.emails import login_key
 from authgate.factors.password_rules import normalise
-from authgate.principal import Principal, SessionState
+from authgate.principal import Client, Principal, SessionState
 from authgate.services.context import Services
 from authgate.store.rotation import Outcome, RefreshBudget, rotate
 from authgate.store.sessions import SessionStore, open_session
@@ -44,7 +44,9 @@ class SessionService:
         #: Bound once: authenticate passes it on every miss of the worker's copy.
         self._load_state = self._read_state
 
-    async def login(self, email: str, password: str, *, client_ip: str) -> IssuedTokens:
+    async def login(
+        self, email: str, password: str, *, client_ip: str, user_agent: str | None = None
+    ) -> IssuedTokens:
         limiter = self.sv.limiter
         await limiter.hit(Policy.LOGIN_PER_IP, client_ip)
         # Keyed by the canonical email whether or not an account exists, so the lock-out
@@ -100,6 +102,7 @@ class SessionService:
             session_end=session_end,
             digest=digest(refresh),
             refresh_end=refresh_end,
+            client=Client.of(client_ip, user_agent),
             new_hash=new_hash,
         )
         if not opened:
@@ -113,9 +116,17 @@ class SessionService:
         events.emit("login_succeeded", user_id=user.user_id, session_id=session_id)
         return self._issue(user.user_id, session_id, refresh, now, session_end)
 
-    async def refresh(self, token: str, *, csrf: str | None = None) -> IssuedTokens:
+    async def refresh(
+        self,
+        token: str,
+        *,
+        csrf: str | None = None,
+        client_ip: str | None = None,
+        user_agent: str | None = None,
+    ) -> IssuedTokens:
         """Rotate `token`. `csrf` is the double-submitted value when the token came from a
-        cookie: it must be bound to the token's own session (`require_csrf`)."""
+        cookie: it must be bound to the token's own session (`require_csrf`). The session
+        records the client as where it was last used."""
         token_digest = digest(token)
         if csrf is not None:
             async with self.sv.db.read() as s:
@@ -133,6 +144,7 @@ class SessionService:
             now=now,
             refresh_end=self._refresh_end(now, None),
             budget=self._budget,
+            client=Client.of(client_ip, user_agent),
         )
         outcome, session_id = rotation.outcome, rotation.session_id
         if outcome is Outcome.ROTATED:

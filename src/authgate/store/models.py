@@ -65,6 +65,8 @@ class Base(DeclarativeBase):
 
 class User(Base):
     __tablename__ = "authgate_users"
+    #: SQLite would otherwise give the highest deleted id to the next account (migration 0004).
+    __table_args__ = {"sqlite_autoincrement": True}  # noqa: RUF012 - SQLAlchemy's own attribute
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     #: The address as the user wrote it (domain normalised by email-validator).
@@ -106,6 +108,12 @@ class Session(Base):
     #: `refresh_window_start` (a fixed window, AUTHGATE_REFRESH_LIMIT_PER_SESSION).
     refresh_window_start: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     refresh_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: When, from where and with what the session was last used: written at login and at
+    #: each refresh only (an authenticated request writes nothing). NULL on sessions older
+    #: than migration 0004: `created_at` stands in.
+    last_active_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    ip: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    user_agent: Mapped[str | None] = mapped_column(String(256), nullable=True)
 
 
 class RefreshToken(Base):
@@ -124,7 +132,7 @@ class RefreshToken(Base):
 
 
 class OneTimeToken(Base):
-    """Password-reset and email-verification tokens."""
+    """Password-reset, email-verification and email-change tokens."""
 
     __tablename__ = "authgate_one_time_tokens"
     __table_args__ = (Index("ix_authgate_one_time_tokens_user_purpose", "user_id", "purpose"),)
@@ -136,6 +144,8 @@ class OneTimeToken(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    #: The address an email-change token confirms (NULL for the other purposes).
+    new_email: Mapped[str | None] = mapped_column(String(320), nullable=True)
 
 
 class RateLimitCounter(Base):

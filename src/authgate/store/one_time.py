@@ -1,5 +1,6 @@
-"""One-time tokens: password reset and email verification. Stored by digest only; spending
-one is a conditional UPDATE, so of several concurrent spends exactly one matches a row.
+"""One-time tokens: password reset, email verification and email change. Stored by digest
+only; spending one is a conditional UPDATE, so of several concurrent spends exactly one
+matches a row.
 `TokenStore` only flushes: its caller's `db.write()` block commits."""
 
 from __future__ import annotations
@@ -16,14 +17,22 @@ __all__ = ["TokenStore"]
 
 
 class TokenStore:
-    """One-time tokens: password reset and email verification."""
+    """One-time tokens: password reset, email verification and email change."""
 
     def __init__(self, s: AsyncSession) -> None:
         self.s = s
 
     async def add(
-        self, *, user_id: int, purpose: str, digest: bytes, now: datetime, expires_at: datetime
+        self,
+        *,
+        user_id: int,
+        purpose: str,
+        digest: bytes,
+        now: datetime,
+        expires_at: datetime,
+        new_email: str | None = None,
     ) -> None:
+        """A new token; `new_email` is the address an email-change token confirms."""
         self.s.add(
             OneTimeToken(
                 user_id=user_id,
@@ -31,6 +40,7 @@ class TokenStore:
                 digest=digest,
                 created_at=now,
                 expires_at=expires_at,
+                new_email=new_email,
             )
         )
         await self.s.flush()
@@ -49,12 +59,26 @@ class TokenStore:
         )
         return result.scalar_one_or_none()
 
-    async def spend_all(self, user_id: int, purpose: str, now: datetime) -> None:
+    async def spend_email_change(self, digest: bytes, now: datetime) -> tuple[int, str] | None:
+        """Spend a live email-change token atomically: (user id, the new address), or None."""
+        result = await self.s.execute(
+            update(OneTimeToken)
+            .where(*_live("email_change", digest, now))
+            .values(used_at=now)
+            .returning(OneTimeToken.user_id, OneTimeToken.new_email)
+        )
+        row = result.one_or_none()
+        if row is None or row.new_email is None:
+            return None
+        return row.user_id, row.new_email
+
+    async def spend_all(self, user_id: int, now: datetime, *purposes: str) -> None:
+        """Spend every outstanding token of the user for these purposes."""
         await self.s.execute(
             update(OneTimeToken)
             .where(
                 OneTimeToken.user_id == user_id,
-                OneTimeToken.purpose == purpose,
+                OneTimeToken.purpose.in_(purposes),
                 OneTimeToken.used_at.is_(None),
             )
             .values(used_at=now)

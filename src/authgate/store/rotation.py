@@ -33,6 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from authgate.principal import NO_CLIENT, Client
 from authgate.store.db import Database
 from authgate.store.models import Base, RefreshToken, Session, User, UTCDateTime
 from authgate.store.sessions import SessionStore
@@ -68,10 +69,14 @@ _SPEND = (
     .values(used_at=bindparam("now"))
     .returning(_tokens.c.session_id)
 )
-#: Count one rotation in the session's window (a new window once the last one is over).
+#: Count one rotation in the session's window (a new window once the last one is over), and
+#: note when and from where the session was last used (GET /sessions).
 _counting = {
     "refresh_count": case((_in_window, _sessions.c.refresh_count + 1), else_=1),
     "refresh_window_start": case((_in_window, _sessions.c.refresh_window_start), else_=_now),
+    "last_active_at": _now,
+    "ip": bindparam("ip"),
+    "user_agent": bindparam("user_agent"),
 }
 _STATE_COLUMNS = (
     _sessions.c.id,
@@ -190,15 +195,19 @@ async def rotate(
     now: datetime,
     refresh_end: datetime,
     budget: RefreshBudget,
+    client: Client = NO_CLIENT,
 ) -> Rotation:
     """Rotate the token with `token_digest` to one with `new_digest`, committed. The successor
-    expires at `refresh_end`, or at its session's end if that comes first."""
-    if db.is_sqlite:
-        async with db.write() as s:
-            return await _rotate_in(s, token_digest, new_digest, now, refresh_end, budget)
+    expires at `refresh_end`, or at its session's end if that comes first; the session
+    records `client` as where it was last used."""
     params: dict[str, Any] = {"token_digest": token_digest, "new_digest": new_digest, "now": now}
     params["refresh_end"] = refresh_end
+    params["ip"] = client.ip
+    params["user_agent"] = client.user_agent
     params.update(budget.params(now))
+    if db.is_sqlite:
+        async with db.write() as s:
+            return await _rotate_in(s, params, budget)
     async with db.autocommit() as conn:
         row = (await conn.execute(_ROTATE, params)).one_or_none()
     if row is not None:
@@ -212,22 +221,14 @@ async def rotate(
         return await _not_spent(s, token_digest, now, budget)
 
 
-async def _rotate_in(
-    s: AsyncSession,
-    token_digest: bytes,
-    new_digest: bytes,
-    now: datetime,
-    refresh_end: datetime,
-    budget: RefreshBudget,
-) -> Rotation:
+async def _rotate_in(s: AsyncSession, params: dict[str, Any], budget: RefreshBudget) -> Rotation:
     """SQLite: the rotation's statements one by one, in the writer's transaction `s`."""
-    params = {"token_digest": token_digest, "now": now, **budget.params(now)}
+    now: datetime = params["now"]
+    refresh_end: datetime = params["refresh_end"]
     session_id = (await s.execute(_SPEND, params)).scalar_one_or_none()
     if session_id is None:
-        return await _not_spent(s, token_digest, now, budget)
-    await s.execute(
-        _COUNT_ROTATION, {"spent_session_id": session_id, "now": now, **budget.params(now)}
-    )
+        return await _not_spent(s, params["token_digest"], now, budget)
+    await s.execute(_COUNT_ROTATION, {**params, "spent_session_id": session_id})
     # The session row exists: the token's foreign key cascades from it.
     row = (await s.execute(_STATE_OF, {"spent_session_id": session_id})).one()
     end: datetime | None = row.expires_at
@@ -242,7 +243,7 @@ async def _rotate_in(
         _INSERT_TOKEN,
         {
             "session_id": session_id,
-            "digest": new_digest,
+            "digest": params["new_digest"],
             "created_at": now,
             "expires_at": min(refresh_end, end) if end is not None else refresh_end,
         },

@@ -8,11 +8,12 @@ takes a session and only flushes: its caller's `db.write()` block commits.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import LargeBinary, Table, bindparam, insert, select, update
+from sqlalchemy import LargeBinary, Table, bindparam, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from authgate.principal import Principal, SessionState
+from authgate.principal import NO_CLIENT, Client, Principal, SessionInfo, SessionState
 from authgate.store.db import Database
 from authgate.store.models import Base, RefreshToken, Session, User, UTCDateTime
 from authgate.store.users import Credentials, UserStore
@@ -26,6 +27,16 @@ _sessions: Table = Base.metadata.tables[Session.__tablename__]
 _users: Table = Base.metadata.tables[User.__tablename__]
 _now = bindparam("now", type_=UTCDateTime())
 _INSERT_TOKEN = insert(_tokens)
+_SESSION_COLUMNS = [
+    "id",
+    "user_id",
+    "created_at",
+    "expires_at",
+    "credentials_version",
+    "last_active_at",
+    "ip",
+    "user_agent",
+]
 
 #: The user row a new session depends on, locked (FOR SHARE) until the session is in: a reset
 #: or deactivation that updates the row either commits first (then the version no longer
@@ -43,13 +54,16 @@ _current_user = (
 _NEW_SESSION = (
     insert(_sessions)
     .from_select(
-        ["id", "user_id", "created_at", "expires_at", "credentials_version"],
+        _SESSION_COLUMNS,
         select(
             bindparam("session_id"),
             _users.c.id,
             _now,
             bindparam("session_end", type_=UTCDateTime()),
             _users.c.credentials_version,
+            _now,
+            bindparam("ip"),
+            bindparam("user_agent"),
         )
         .where(*_current_user.whereclause.clauses)  # type: ignore[union-attr]
         .with_for_update(read=True),
@@ -62,13 +76,16 @@ _current = _current_user.cte("current_user")
 _new_session = (
     insert(_sessions)
     .from_select(
-        ["id", "user_id", "created_at", "expires_at", "credentials_version"],
+        _SESSION_COLUMNS,
         select(
             bindparam("session_id"),
             _current.c.id,
             _now,
             bindparam("session_end", type_=UTCDateTime()),
             _current.c.credentials_version,
+            _now,
+            bindparam("ip"),
+            bindparam("user_agent"),
         ),
     )
     .returning(_sessions.c.id)
@@ -98,10 +115,12 @@ async def open_session(
     session_end: datetime | None,
     digest: bytes,
     refresh_end: datetime,
+    client: Client = NO_CLIENT,
     new_hash: str | None = None,
 ) -> bool:
     """The session and its first refresh token, committed atomically, only while `user`'s
     credentials version is current and the user active; False (nothing written) when not.
+    `client` is where the login came from (shown in the user's list of sessions).
 
     `new_hash` replaces the verified hash in the same transaction, by compare-and-swap
     (`UserStore.rehash`): a reset that committed meanwhile is never undone.
@@ -114,6 +133,8 @@ async def open_session(
         "session_end": session_end,
         "digest": digest,
         "refresh_end": refresh_end,
+        "ip": client.ip,
+        "user_agent": client.user_agent,
     }
     if new_hash is None and not db.is_sqlite:
         # PostgreSQL: one autocommitted statement (no BEGIN/COMMIT round trips).
@@ -190,11 +211,84 @@ class SessionStore:
         )
         return result.scalar_one_or_none() is not None
 
-    async def revoke_all(self, user_id: int, now: datetime, reason: str) -> list[str]:
+    async def revoke_all(
+        self, user_id: int, now: datetime, reason: str, *, keep: str | None = None
+    ) -> list[str]:
+        """Revoke every family of the user not yet revoked, but `keep`; their ids."""
+        condition = [Session.user_id == user_id, Session.revoked_at.is_(None)]
+        if keep is not None:
+            condition.append(Session.id != keep)
         result = await self.s.execute(
             update(Session)
-            .where(Session.user_id == user_id, Session.revoked_at.is_(None))
+            .where(*condition)
             .values(revoked_at=now, revoke_reason=reason)
             .returning(Session.id)
         )
         return list(result.scalars())
+
+    async def live(self, user_id: int, now: datetime) -> list[SessionInfo]:
+        """The user's live sessions, newest first: not revoked, not past their end, and
+        holding a refresh token that can still be presented."""
+        result = await self.s.execute(
+            select(
+                Session.id,
+                Session.created_at,
+                func.coalesce(Session.last_active_at, Session.created_at),
+                Session.expires_at,
+                Session.ip,
+                Session.user_agent,
+            )
+            .where(Session.user_id == user_id, *_live(now))
+            .order_by(Session.created_at.desc(), Session.id.desc())
+        )
+        return [SessionInfo(*row) for row in result.all()]
+
+    async def revoke_live(
+        self,
+        user_id: int,
+        now: datetime,
+        reason: str,
+        *,
+        session_id: str | None = None,
+        keep: str | None = None,
+    ) -> list[str]:
+        """Revoke the user's live sessions (as `live` lists them): only `session_id` when
+        given, every one but `keep` otherwise. The ids revoked (none for an id that is unknown,
+        another user's, or over already)."""
+        condition = [Session.user_id == user_id, *_live(now)]
+        if session_id is not None:
+            condition.append(Session.id == session_id)
+        if keep is not None:
+            condition.append(Session.id != keep)
+        result = await self.s.execute(
+            update(Session)
+            .where(*condition)
+            .values(revoked_at=now, revoke_reason=reason)
+            .returning(Session.id)
+        )
+        return list(result.scalars())
+
+    async def follow_credentials(self, session_id: str, user_id: int) -> None:
+        """Bring the session to its user's current credentials version: the session that
+        changed the password goes on (`rotation` refuses sessions of an older version)."""
+        await self.s.execute(
+            update(Session)
+            .where(Session.id == session_id, Session.user_id == user_id)
+            .values(
+                credentials_version=select(User.credentials_version)
+                .where(User.id == user_id)
+                .scalar_subquery()
+            )
+        )
+
+
+def _live(now: datetime) -> tuple[Any, ...]:
+    return (
+        Session.revoked_at.is_(None),
+        or_(Session.expires_at.is_(None), Session.expires_at > now),
+        exists().where(
+            RefreshToken.session_id == Session.id,
+            RefreshToken.used_at.is_(None),
+            RefreshToken.expires_at > now,
+        ),
+    )

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, bindparam, delete, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from authgate.store.db import Database
-from authgate.store.models import Base, User
+from authgate.store.models import Base, Session, User
 
 __all__ = ["Credentials", "UserStore", "add_user", "credentials"]
 
@@ -105,6 +105,25 @@ class UserStore:
     async def by_id(self, user_id: int) -> User | None:
         return await self.s.get(User, user_id)
 
+    async def credentials_of(self, user_id: int) -> tuple[Credentials, str] | None:
+        """What proving the password of a signed-in user needs: its credentials and the
+        email key its failed-login counters are kept under."""
+        row = (
+            await self.s.execute(
+                select(
+                    User.id,
+                    User.password_hash,
+                    User.is_active,
+                    User.credentials_version,
+                    User.email_key,
+                ).where(User.id == user_id)
+            )
+        ).one_or_none()
+        if row is None:
+            return None
+        found = Credentials(row.id, row.password_hash, row.is_active, row.credentials_version)
+        return found, row.email_key
+
     async def by_email_key(self, email_key: str) -> User | None:
         result = await self.s.execute(select(User).where(User.email_key == email_key))
         return result.scalar_one_or_none()
@@ -137,6 +156,52 @@ class UserStore:
             .returning(User.id)
         )
         return result.scalar_one_or_none() is not None
+
+    async def replace_password(
+        self, user_id: int, verified_hash: str, new_hash: str, now: datetime
+    ) -> bool:
+        """A password change: `set_password`, but only while the stored hash is still the one
+        the current password was just verified against (a compare-and-swap: a reset or another
+        change that committed meanwhile wins). False: nothing written."""
+        result = await self.s.execute(
+            update(User)
+            .where(User.id == user_id, User.password_hash == verified_hash)
+            .values(
+                password_hash=new_hash,
+                updated_at=now,
+                credentials_version=User.credentials_version + 1,
+            )
+            .returning(User.id)
+        )
+        return result.scalar_one_or_none() is not None
+
+    async def email_key_taken(self, email_key: str) -> bool:
+        found = await self.s.scalar(select(User.id).where(User.email_key == email_key))
+        return found is not None
+
+    async def change_email(self, user_id: int, email: str, email_key: str, now: datetime) -> bool:
+        """The account's address becomes `email`, verified; False (nothing written) when
+        another account holds `email_key` (the unique index decides, under any race)."""
+        try:
+            async with self.s.begin_nested():
+                await self.s.execute(
+                    update(User)
+                    .where(User.id == user_id)
+                    .values(email=email, email_key=email_key, email_verified=True, updated_at=now)
+                )
+        except IntegrityError:
+            return False
+        return True
+
+    async def delete(self, user_id: int) -> list[str]:
+        """Delete the account; its sessions, refresh tokens and one-time tokens go with it
+        (foreign keys, ON DELETE CASCADE). The ids of its sessions that were not revoked."""
+        live = await self.s.scalars(
+            select(Session.id).where(Session.user_id == user_id, Session.revoked_at.is_(None))
+        )
+        session_ids = list(live)
+        await self.s.execute(delete(User).where(User.id == user_id))
+        return session_ids
 
     async def set_flags(self, user_id: int, now: datetime, **flags: bool) -> None:
         """Change flags; deactivation also moves the credentials version (see set_password)."""

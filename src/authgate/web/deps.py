@@ -13,7 +13,14 @@ from authgate.web.transport import UNSAFE_METHODS, access_token_from, require_cs
 if TYPE_CHECKING:
     from authgate.app import AuthGate
 
-__all__ = ["CurrentUser", "authenticated_user", "client_ip", "current_user", "gate_of"]
+__all__ = [
+    "CurrentUser",
+    "authenticated_session",
+    "authenticated_user",
+    "client_ip",
+    "current_user",
+    "gate_of",
+]
 
 
 def gate_of(request: Request) -> AuthGate:
@@ -43,13 +50,18 @@ async def current_user(request: Request) -> Principal:
 
 async def authenticated_user(gate: AuthGate, request: Request) -> Principal:
     """`current_user` for a known gate (the routes' own, without the app-state lookup)."""
+    return (await authenticated_session(gate, request))[0]
+
+
+async def authenticated_session(gate: AuthGate, request: Request) -> tuple[Principal, str]:
+    """`authenticated_user` and the id of the session the request came with."""
     token, via_cookie = access_token_from(request)
     if token is None:
         raise NotAuthenticated()
     principal, claims = await gate.sessions.authenticate(token)
     if via_cookie and request.method in UNSAFE_METHODS:
         gate.sessions.require_csrf(require_csrf_header(request), claims.session_id)
-    return principal
+    return principal, claims.session_id
 
 
 CurrentUser = Annotated[Principal, Depends(current_user)]

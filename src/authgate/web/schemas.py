@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from authgate.factors.emails import MAX_EMAIL_LENGTH, EmailProblem, canonical_email
 
 __all__ = [
+    "AccountDeletion",
+    "EmailChangeConfirm",
+    "EmailChangeRequest",
     "EmailVerificationRequest",
     "ErrorResponse",
     "HealthResponse",
     "LoginRequest",
     "LogoutRequest",
     "MessageResponse",
+    "PasswordChangeRequest",
     "PasswordResetConfirm",
     "PasswordResetRequest",
     "ReadinessResponse",
     "RefreshRequest",
     "RegisterRequest",
+    "RevokedResponse",
+    "SessionResponse",
+    "SessionsResponse",
     "TokenResponse",
     "UserResponse",
 ]
@@ -38,19 +46,24 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore", str_strip_whitespace=False)
 
 
-class RegisterRequest(_Request):
-    email: EmailField
-    password: SecretField = Field(
-        description="At least 8 characters and at most 72 bytes of UTF-8 (after NFKC)."
-    )
+def _new_address(value: str) -> str:
+    try:
+        return canonical_email(value)[0]
+    except EmailProblem as exc:
+        raise ValueError(f"Invalid email address: {exc}") from None
 
-    @field_validator("email")
-    @classmethod
-    def _valid_email(cls, value: str) -> str:
-        try:
-            return canonical_email(value)[0]
-        except EmailProblem as exc:
-            raise ValueError(f"Invalid email address: {exc}") from None
+
+#: An address a user is about to own: validated as registration does.
+NewEmailField = Annotated[EmailField, AfterValidator(_new_address)]
+NewPasswordField = Annotated[
+    SecretField,
+    Field(description="At least 8 characters and at most 72 bytes of UTF-8 (after NFKC)."),
+]
+
+
+class RegisterRequest(_Request):
+    email: NewEmailField
+    password: NewPasswordField
 
 
 class LoginRequest(_Request):
@@ -77,6 +90,47 @@ class PasswordResetConfirm(_Request):
 
 class EmailVerificationRequest(_Request):
     token: TokenField
+
+
+class PasswordChangeRequest(_Request):
+    current_password: SecretField
+    new_password: NewPasswordField
+
+
+class EmailChangeRequest(_Request):
+    new_email: NewEmailField
+    password: SecretField
+
+
+class EmailChangeConfirm(_Request):
+    token: TokenField
+
+
+class AccountDeletion(_Request):
+    password: SecretField
+
+
+class SessionResponse(BaseModel):
+    """One live session (the `sid` of its access tokens is `id`)."""
+
+    id: str
+    created_at: datetime
+    #: The login or the latest refresh (an authenticated request writes nothing).
+    last_active_at: datetime
+    #: The session's absolute end; null when it has none.
+    expires_at: datetime | None
+    ip: str | None
+    user_agent: str | None
+    #: True for the session the request came with.
+    current: bool
+
+
+class SessionsResponse(BaseModel):
+    sessions: list[SessionResponse]
+
+
+class RevokedResponse(BaseModel):
+    revoked: int
 
 
 class UserResponse(BaseModel):

@@ -69,7 +69,12 @@ def auth_router(gate: AuthGate) -> APIRouter:
         "/login", response_model=TokenResponse, responses=error_responses(400, 401, 413, 429)
     )
     async def login(body: LoginRequest, request: Request, response: Response) -> Any:
-        tokens = await gate.sessions.login(body.email, body.password, client_ip=client_ip(request))
+        tokens = await gate.sessions.login(
+            body.email,
+            body.password,
+            client_ip=client_ip(request),
+            user_agent=request.headers.get("user-agent"),
+        )
         return token_response(response, tokens)
 
     @router.post(
@@ -80,14 +85,15 @@ def auth_router(gate: AuthGate) -> APIRouter:
         response: Response,
         body: Annotated[RefreshRequest | None, Body()] = None,
     ) -> Any:
+        ip, agent = client_ip(request), request.headers.get("user-agent")
         if body is not None:
-            tokens = await gate.sessions.refresh(body.refresh_token)
+            tokens = await gate.sessions.refresh(body.refresh_token, client_ip=ip, user_agent=agent)
         else:
             cookie = single_cookie(request, REFRESH_COOKIE)
             if not cookie:
                 raise InvalidRefreshToken()
             csrf = require_csrf_header(request)
-            tokens = await gate.sessions.refresh(cookie, csrf=csrf)
+            tokens = await gate.sessions.refresh(cookie, csrf=csrf, client_ip=ip, user_agent=agent)
         return token_response(response, tokens)
 
     @router.post("/logout", response_model=MessageResponse, responses=error_responses(400, 413))
