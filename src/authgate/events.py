@@ -4,8 +4,11 @@ Every record goes to the `authgate.events` logger with the message set to the ev
 `record.authgate` set to a flat dict of fixed keys:
 
     event       registered | login_succeeded | login_failed | refreshed | refresh_reused |
-                logged_out | password_reset_requested | password_reset_completed |
-                verification_requested | verification_completed | deactivated | activated
+                refresh_failed | logged_out | password_reset_requested |
+                password_reset_completed | verification_requested | verification_completed |
+                deactivated | activated | session_revoked | password_changed |
+                email_change_requested | email_change_completed | account_deleted
+                (a failed self-service step is its event with outcome "failure")
     outcome     success | failure
     user_id     the account concerned, when known
     session_id  the token family, when one is concerned (an identifier, not a credential)
