@@ -104,6 +104,14 @@ class AuthConfig(BaseSettings):
     #: loop cannot grow the refresh-token table without bound. Over it, refresh answers 429
     #: and the presented token stays valid.
     refresh_limit_per_session: str = "10/minute"
+    #: Seconds after a rotation during which the same refresh token, presented again while
+    #: its successor is unused, gets that same successor (contract §8). 0: the strict rule.
+    refresh_grace: int = Field(default=0, ge=0, le=300)
+    #: Serve the HTML pages (sign-in, sign-up, account, and the pages the mailed links open).
+    pages: bool = True
+    #: Comma-separated exact origins a page's `?next=` may send the browser to after sign-in,
+    #: besides the service's own (`public_url`).
+    allowed_redirect_origins: str = ""
     #: Comma-separated origins allowed to call the API from a browser with credentials
     #: (CORS). Empty: no CORS headers at all, so no other origin can read an answer.
     cors_origins: str = ""
@@ -209,15 +217,15 @@ class AuthConfig(BaseSettings):
             return 2**31 - 1, item.get_expiry()
         return item.amount, item.get_expiry()
 
-    @field_validator("cors_origins")
+    @field_validator("cors_origins", "allowed_redirect_origins")
     @classmethod
     def _check_origins(cls, value: str) -> str:
         for origin in value.split(","):
             origin = origin.strip()
             if origin and (origin == "*" or not origin.startswith(("http://", "https://"))):
                 raise ValueError(
-                    f"CORS origins must be exact http(s) origins, not {origin!r} "
-                    "(a wildcard cannot be combined with cookies)"
+                    f"origins must be exact http(s) origins, not {origin!r} "
+                    "(no wildcard: cookies ride along)"
                 )
         return value
 
