@@ -32,9 +32,11 @@ from authgate.tokens.jwks import load_signing_keys
 from authgate.tokens.keys import Keys
 from authgate.web.handlers import install_error_handlers
 from authgate.web.middleware import RequestGuard
+from authgate.web.pages import pages_router
 from authgate.web.routes import (
     add_docs,
     auth_router,
+    client_router,
     email_router,
     health_router,
     self_service_router,
@@ -120,6 +122,9 @@ class AuthGate:
         app.include_router(auth_router(self))
         app.include_router(email_router(self))
         app.include_router(self_service_router(self))
+        app.include_router(client_router(self))
+        if self.config.pages:
+            app.include_router(pages_router(self))
         app.include_router(health_router(self))
         install_error_handlers(app)
         origins = [o.strip() for o in self.config.cors_origins.split(",") if o.strip()]

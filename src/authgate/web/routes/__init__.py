@@ -1,13 +1,21 @@
 """The HTTP routes, one module per group: `auth` (register, login, refresh, logout, me),
 `email` (password reset, email verification), `self_service` (a signed-in user's sessions,
-password and email change, account deletion), `health` (liveness, readiness, JWKS) and
-`docs` (the Swagger UI page). Paths and codes are interface.md §4's; handlers stay thin:
-parse, call the service, respond."""
+password and email change, account deletion), `client` (the browser client's module),
+`health` (liveness, readiness, JWKS) and `docs` (the Swagger UI page). Paths and codes are
+interface.md §4's and the contract's; handlers stay thin: parse, call the service, respond."""
 
 from authgate.web.routes.auth import auth_router
+from authgate.web.routes.client import client_router
 from authgate.web.routes.docs import add_docs
 from authgate.web.routes.email import email_router
 from authgate.web.routes.health import health_router
 from authgate.web.routes.self_service import self_service_router
 
-__all__ = ["add_docs", "auth_router", "email_router", "health_router", "self_service_router"]
+__all__ = [
+    "add_docs",
+    "auth_router",
+    "client_router",
+    "email_router",
+    "health_router",
+    "self_service_router",
+]
