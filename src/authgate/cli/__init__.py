@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from authgate.config import AuthConfig, ConfigError
 from authgate.datadir import ensure_secret_key
+from authgate.mail.render import check_templates
 
 __all__ = ["main"]
 
@@ -27,7 +28,10 @@ T = TypeVar("T")
 
 def _config() -> AuthConfig:
     try:
-        return ensure_secret_key(AuthConfig())
+        config = ensure_secret_key(AuthConfig())
+        # A broken AUTHGATE_TEMPLATES_DIR is one line here, not a traceback in every worker.
+        check_templates(config.templates_dir)
+        return config
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors()

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm
 
 from authgate.config import AuthConfig, ConfigError
-from authgate.datadir import write_once
+from authgate.datadir import one_host, write_once
 
 __all__ = ["SigningKeys", "load_signing_keys"]
 
@@ -56,12 +56,13 @@ def load_signing_keys(config: AuthConfig) -> SigningKeys | None:
         return None
     if config.jwt_private_key_file is not None:
         private = _load_private(config.jwt_private_key_file, algorithm)
-    elif config.embedded:
+    elif one_host(config):
         private = _generated_key(config.data_dir / GENERATED_KEY_FILE, algorithm)
     else:
         raise ConfigError(
             f"AUTHGATE_JWT_PRIVATE_KEY_FILE must be set when AUTHGATE_JWT_ALGORITHM={algorithm} "
-            "and DATABASE_URL is set (every worker and host must sign with the same key)"
+            "and DATABASE_URL names a database server (every worker and host must sign with the "
+            "same key)"
         )
     current = private.public_key()
     keys: dict[str, PublicKey] = {_thumbprint(current): current}
