@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from authgate.cache.base import Cache, RedisCache, open_cache
+from authgate.cache.counters import CounterStore, RedisCounters
 from authgate.cache.ratelimit import RateLimiter, budgets_from
 from authgate.cache.sweep import SWEEP_MARGIN
 from authgate.config import AuthConfig
@@ -26,7 +27,7 @@ from authgate.services.context import Background, Clock, Services, utcnow
 from authgate.services.self_service import SelfService
 from authgate.services.sessions import SessionService
 from authgate.store.db import Database, upgrade_schema
-from authgate.store.limits import CounterStore, RedisCounters, SqlCounters
+from authgate.store.limits import SqlCounters
 from authgate.store.sweep import DatabaseChanges
 from authgate.tokens.jwks import load_signing_keys
 from authgate.tokens.keys import Keys

@@ -1,7 +1,7 @@
 """The cache: state shared between workers that is not the durable record.
 
 Redis (`CACHE_URL`), shared by every worker and host: it holds the rate-limit counters
-(`store.limits.RedisCounters`) and session state (`state.StateCache`). Without it
+(`counters.RedisCounters`) and session state (`state.StateCache`). Without it
 (`NoCache`) the rate-limit counters live in the database, which every worker shares too, and
 session state is read from the database (`state.DatabaseStates`). The database stays the
 source of truth for everything that matters for security, so losing the cache never makes a
@@ -51,7 +51,7 @@ class RedisCache:
     def __init__(self, url: str, *, timeout: float) -> None:
         # No socket_timeout here: redis-py would wrap every command in asyncio.wait_for,
         # a new task per command on the authenticated-request path. Callers bound each call
-        # with asyncio.timeout() instead (cache/state.py, store/limits.py; readiness has its
+        # with asyncio.timeout() instead (cache/state.py, cache/counters.py; readiness has its
         # own 2 s).
         self.client = aioredis.Redis.from_url(url, socket_connect_timeout=timeout)
 

@@ -35,9 +35,9 @@ from enum import Enum
 
 from limits import parse
 
+from authgate.cache.counters import CounterStore
 from authgate.config import AuthConfig
 from authgate.errors import RateLimited
-from authgate.store.limits import CounterStore
 
 __all__ = ["LoginAttempt", "Policy", "RateLimiter", "budgets_from"]
 
