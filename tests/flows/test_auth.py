@@ -1,27 +1,51 @@
-"""Refresh (rotation, reuse, CSRF, expiry), logout and deactivation through HTTP
-(interface.md §4, contract.md §4), on both backends."""
+"""The routes of web/routes/auth.py through HTTP, on both backends: register, login, GET /me,
+refresh (rotation, reuse, CSRF, expiry), logout and deactivation (interface.md §4,
+contract.md §4)."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import jwt
 import pytest
+from argon2 import PasswordHasher
+from sqlalchemy import func, select, update
 
 from authgate import create_app
+from authgate.factors.hashing import PasswordHashing
+from authgate.store.models import RefreshToken, Session, User
+from authgate.store.users import UserStore
+from authgate.tokens.keys import Keys, new_session_id
 from tests.conftest import (
+    PASSWORD,
+    TEST_SECRET,
     AppFactory,
     Backend,
     FakeClock,
+    Outbox,
     bearer,
     login,
     make_config,
     register,
     running,
 )
+from tests.unit.tokens.test_keys import b64json, sign
 
 COOKIE_NAMES = {"svc_access_token", "svc_refresh_token", "svc_csrf_token"}
+ANN = "ann@example.com"
+NEW_PASSWORD = "a brand new passphrase"
+#: Far cheaper than today's parameters: a login with it re-hashes the password.
+OUTDATED = PasswordHasher(time_cost=1, memory_cost=4096, parallelism=1)
+FULLWIDTH_SAM = "\uff53am@example.com"  # "sam" with a fullwidth s
+LONG_S_SAM = "\u017fam@example.com"  # "sam" with a long s
+#: NFKC turns each U+FDFA into 18 characters: a 372-character key (issue 10, F11).
+OVERFLOWING = "\ufdfa" * 20 + "@example.com"
+OTHER_PASSWORD = "another good passphrase"
+OLD_SECRET = "old-secret-key-that-is-long-enough-0123456789"
+NEW_SECRET = "new-secret-key-that-is-long-enough-9876543210"
 
 # --- helpers ------------------------------------------------------------------------------
 
@@ -106,6 +130,579 @@ async def fresh_session(
     csrf = cookie_value(set_cookies(response)["svc_csrf_token"])
     client.cookies.clear()
     return body, csrf
+
+
+# --- register, login, GET /me -----------------------------------------------------------
+
+
+async def test_register_returns_user(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        "/auth/register", json={"email": "ann@example.com", "password": PASSWORD}
+    )
+    assert response.status_code == 201
+    body = response.json()
+    assert set(body) == {"id", "email", "is_active", "is_superuser", "email_verified"}
+    assert isinstance(body["id"], int)
+    assert body["email"] == "ann@example.com"
+    assert body["is_active"] is True
+    assert body["is_superuser"] is False
+    assert body["email_verified"] is False
+
+
+async def test_register_same_email_any_case_is_409(client: httpx.AsyncClient) -> None:
+    await register(client, "ann@example.com")
+    for email in ("ann@example.com", "ANN@Example.COM"):
+        response = await client.post("/auth/register", json={"email": email, "password": PASSWORD})
+        assert response.status_code == 409
+        assert response.json() == {
+            "detail": "This email is already registered.",
+            "code": "email_taken",
+        }
+
+
+@pytest.mark.parametrize(
+    ("email", "password"),
+    [
+        ("not-an-email", PASSWORD),
+        ("ann@", PASSWORD),
+        ("", PASSWORD),
+        ("ann@example.com", "short"),
+        ("ann@example.com", "1234567"),
+        ("ann@example.com", "a" * 73),
+        ("ann@example.com", "é" * 37),  # 37 characters, 74 bytes
+    ],
+)
+async def test_register_rejects_bad_input_with_422(
+    client: httpx.AsyncClient, email: str, password: str
+) -> None:
+    response = await client.post("/auth/register", json={"email": email, "password": password})
+    assert response.status_code == 422
+    assert isinstance(response.json()["detail"], list)
+    # Nothing was stored: the same address registers fine afterwards.
+    await register(client, "ann@example.com")
+
+
+async def test_password_limits_are_inclusive(client: httpx.AsyncClient) -> None:
+    await register(client, "eight@example.com", "xq7!Lm2p")
+    await register(client, "bytes@example.com", "é" * 36)  # exactly 72 bytes
+    await login(client, "eight@example.com", "xq7!Lm2p")
+    await login(client, "bytes@example.com", "é" * 36)
+
+
+async def test_validation_errors_never_echo_the_password(client: httpx.AsyncClient) -> None:
+    secret = "s3cr3t-" + "x" * 80
+    response = await client.post("/auth/register", json={"email": "bad", "password": secret})
+    assert response.status_code == 422
+    assert "s3cr3t" not in response.text
+
+
+async def test_login_returns_tokens_and_sets_cookies(client: httpx.AsyncClient) -> None:
+    await register(client)
+    response = await client.post(
+        "/auth/login", json={"email": "ann@example.com", "password": PASSWORD}
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == {"access_token", "refresh_token", "token_type"}
+    assert body["token_type"] == "bearer"
+    cookies = {c.split("=", 1)[0]: c for c in response.headers.get_list("set-cookie")}
+    assert set(cookies) == {"svc_access_token", "svc_refresh_token", "svc_csrf_token"}
+    access, refresh, csrf = (
+        cookies["svc_access_token"],
+        cookies["svc_refresh_token"],
+        cookies["svc_csrf_token"],
+    )
+    assert access.startswith(f"svc_access_token={body['access_token']};")
+    assert refresh.startswith(f"svc_refresh_token={body['refresh_token']};")
+    for cookie in (access, refresh, csrf):
+        assert "; Secure" in cookie
+        assert "SameSite=lax" in cookie
+    assert "HttpOnly" in access
+    assert "HttpOnly" in refresh
+    assert "HttpOnly" not in csrf
+    assert "Path=/;" in access or access.endswith("Path=/")
+    assert "Path=/auth" in refresh
+    assert "Path=/;" in csrf or csrf.endswith("Path=/")
+    assert "Max-Age=900" in access
+    assert "Max-Age=1209600" in refresh
+    assert response.headers["cache-control"] == "no-store"
+
+
+async def test_cookie_settings_follow_configuration(make_client: AppFactory) -> None:
+    async with make_client(
+        cookie_secure=False, cookie_samesite="strict", cookie_domain="example.test", prefix="/id"
+    ) as client:
+        await client.post("/id/register", json={"email": "ann@example.com", "password": PASSWORD})
+        response = await client.post(
+            "/id/login", json={"email": "ann@example.com", "password": PASSWORD}
+        )
+    assert response.status_code == 200
+    for cookie in response.headers.get_list("set-cookie"):
+        assert "Secure" not in cookie
+        assert "SameSite=strict" in cookie
+        assert "Domain=example.test" in cookie
+    refresh = next(c for c in response.headers.get_list("set-cookie") if "svc_refresh" in c)
+    assert "Path=/id" in refresh
+
+
+async def test_login_failures_are_indistinguishable(client: httpx.AsyncClient) -> None:
+    await register(client)
+    await register(client, "off@example.com")
+    from tests.conftest import TEST_SECRET  # noqa: F401 - same app, same secret
+
+    async with asyncio.timeout(30):
+        wrong_password = await client.post(
+            "/auth/login", json={"email": "ann@example.com", "password": "wrong password"}
+        )
+        unknown_email = await client.post(
+            "/auth/login", json={"email": "nobody@example.com", "password": PASSWORD}
+        )
+        not_an_email = await client.post(
+            "/auth/login", json={"email": "nobody", "password": PASSWORD}
+        )
+        too_long = await client.post(
+            "/auth/login", json={"email": "ann@example.com", "password": "x" * 200}
+        )
+    for response in (wrong_password, unknown_email, not_an_email, too_long):
+        assert response.status_code == 401
+        assert response.content == wrong_password.content
+        assert response.json() == {
+            "detail": "Invalid email or password.",
+            "code": "invalid_credentials",
+        }
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert "set-cookie" not in response.headers
+
+
+async def test_login_matches_email_without_regard_to_case(client: httpx.AsyncClient) -> None:
+    await register(client, "Ann.Lee@Example.com")
+    tokens = await login(client, "ann.lee@example.COM")
+    me = await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+    assert me.json()["email"] == "Ann.Lee@example.com"
+
+
+async def test_me_with_bearer_token(client: httpx.AsyncClient) -> None:
+    user = await register(client)
+    tokens = await login(client)
+    client.cookies.clear()
+    response = await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+    assert response.status_code == 200
+    assert response.json() == user
+    assert response.headers["cache-control"] == "no-store"
+
+
+async def test_me_with_cookie(client: httpx.AsyncClient) -> None:
+    user = await register(client)
+    await login(client)
+    response = await client.get("/auth/me")
+    assert response.status_code == 200
+    assert response.json() == user
+
+
+async def test_bearer_header_wins_over_cookie(client: httpx.AsyncClient) -> None:
+    await register(client, "ann@example.com")
+    await register(client, "bob@example.com")
+    await login(client, "ann@example.com")  # Ann's cookies stay in the jar
+    bob = (
+        await client.post("/auth/login", json={"email": "bob@example.com", "password": PASSWORD})
+    ).json()
+    client.cookies.clear()
+    ann = await login(client, "ann@example.com")
+    response = await client.get("/auth/me", headers=bearer(bob["access_token"]))
+    assert response.json()["email"] == "bob@example.com"
+    assert ann["access_token"] != bob["access_token"]
+    # A header that is present but invalid does not fall back to the cookie.
+    response = await client.get("/auth/me", headers=bearer("garbage"))
+    assert response.status_code == 401
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer"},
+        {"Authorization": "Bearer not.a.jwt"},
+        {"Authorization": "Basic YW5uOnB3"},
+        {"Authorization": "Bearer " + "a" * 5000},
+    ],
+)
+async def test_me_unauthenticated_is_401(
+    client: httpx.AsyncClient, headers: dict[str, str]
+) -> None:
+    response = await client.get("/auth/me", headers=headers)
+    assert response.status_code == 401
+    assert response.json()["code"] == "not_authenticated"
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+async def test_refresh_token_is_not_an_access_token(client: httpx.AsyncClient) -> None:
+    await register(client)
+    tokens = await login(client)
+    client.cookies.clear()
+    response = await client.get("/auth/me", headers=bearer(tokens["refresh_token"]))
+    assert response.status_code == 401
+
+
+async def test_access_token_expires(make_client: AppFactory, clock: object) -> None:
+    from tests.conftest import FakeClock
+
+    assert isinstance(clock, FakeClock)
+    async with make_client(access_ttl=60) as client:
+        await register(client)
+        tokens = await login(client)
+        client.cookies.clear()
+        clock.advance(59)
+        assert (
+            await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+        ).status_code == 200
+        clock.advance(1)
+        assert (
+            await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+        ).status_code == 401
+
+
+async def test_tokens_from_another_secret_are_refused(make_client: AppFactory) -> None:
+    async with make_client() as client:
+        await register(client)
+        tokens = await login(client)
+    async with make_client(secret_key="another-secret-key-also-long-enough-9876543210") as client:
+        client.cookies.clear()
+        response = await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+        assert response.status_code == 401
+
+
+async def test_concurrent_registrations_never_fail(client: httpx.AsyncClient) -> None:
+    """50 at once, 10 addresses: only 201 and 409, and exactly one 201 per address."""
+
+    async def attempt(i: int) -> httpx.Response:
+        return await client.post(
+            "/auth/register", json={"email": f"user{i % 10}@example.com", "password": PASSWORD}
+        )
+
+    async with asyncio.timeout(120):
+        responses = await asyncio.gather(*(attempt(i) for i in range(50)))
+    codes = [r.status_code for r in responses]
+    assert set(codes) <= {201, 409}, codes
+    assert codes.count(201) == 10
+
+
+# --- registration: passwords and addresses -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "password",
+    [
+        "password1",
+        "PASSWORD1",
+        "Qwertyuiop",
+        "\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44\uff11",
+    ],
+)
+async def test_common_passwords_are_refused_on_register(
+    client: httpx.AsyncClient, password: str
+) -> None:
+    response = await client.post(
+        "/auth/register", json={"email": "ann@example.com", "password": password}
+    )
+    assert response.status_code == 422
+    assert "most commonly used" in response.text
+    await register(client)  # nothing was stored
+
+
+@pytest.mark.parametrize(
+    ("email", "status"),
+    [
+        ("ann@bücher.example", 201),  # IDN domain
+        ("用户@例子.广告", 201),  # internationalised local part and domain
+        ('"john doe"@example.com', 422),  # quoted local part: refused
+        ("ann@example.com\r\nBcc: victim@example.com", 422),
+        ("ann@[127.0.0.1]", 422),  # address literal
+        ("ann@localhost", 422),  # no dot in the domain
+    ],
+)
+async def test_unusual_addresses(client: httpx.AsyncClient, email: str, status: int) -> None:
+    response = await client.post("/auth/register", json={"email": email, "password": PASSWORD})
+    assert response.status_code == status, response.text
+    if status == 201:
+        await login(client, email, PASSWORD)
+
+
+async def test_look_alike_addresses_are_one_account(client: httpx.AsyncClient) -> None:
+    await register(client, "ann@example.com")
+    fullwidth = "\uff41\uff4e\uff4e@example.com"  # "ann" in fullwidth letters
+    response = await client.post("/auth/register", json={"email": fullwidth, "password": PASSWORD})
+    assert response.status_code in (409, 422)
+    # A different script is a different mailbox, and so a different account.
+    cyrillic = "\u0430nn@example.com"  # a Cyrillic "a"
+    response = await client.post("/auth/register", json={"email": cyrillic, "password": PASSWORD})
+    assert response.status_code in (201, 422)
+
+
+# --- the email key (issue 10, F11 and F12; its properties: unit/factors/test_emails.py) ---
+
+
+async def post(client: httpx.AsyncClient, path: str, body: dict[str, str]) -> httpx.Response:
+    client.cookies.clear()
+    return await client.post(path, json=body)
+
+
+async def user_id(client: httpx.AsyncClient, email: str, password: str = PASSWORD) -> int:
+    tokens = await login(client, email, password)
+    me = await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+    assert me.status_code == 200, me.text
+    client.cookies.clear()
+    return int(me.json()["id"])
+
+
+async def test_an_address_that_nfkc_expands_past_the_column_is_a_clean_4xx(
+    make_client: AppFactory, outbox: Outbox
+) -> None:
+    async with make_client(password_reset_send_fn=outbox) as client:
+        response = await post(
+            client, "/auth/register", {"email": OVERFLOWING, "password": PASSWORD}
+        )
+        assert response.status_code == 422, response.text
+        assert "compatibility characters" in response.text
+        response = await post(client, "/auth/login", {"email": OVERFLOWING, "password": PASSWORD})
+        assert response.status_code == 401, response.text
+        response = await post(client, "/auth/password-reset", {"email": OVERFLOWING})
+        assert response.status_code == 200, response.text
+        # The service is whole afterwards: an ordinary account registers and logs in.
+        await register(client, "after@example.com")
+        await login(client, "after@example.com")
+    assert outbox.sent == []
+
+
+@pytest.mark.parametrize("look_alike", [FULLWIDTH_SAM, LONG_S_SAM])
+async def test_look_alikes_of_an_address_are_refused_at_registration(
+    client: httpx.AsyncClient, look_alike: str
+) -> None:
+    # Before anyone has the address (the squatter's move) and after.
+    response = await post(client, "/auth/register", {"email": look_alike, "password": PASSWORD})
+    assert response.status_code == 422, response.text
+    assert "compatibility characters" in response.text
+    await register(client, "sam@example.com")
+    response = await post(client, "/auth/register", {"email": look_alike, "password": PASSWORD})
+    assert response.status_code == 422, response.text
+    # ...and a look-alike does not log into the real account either.
+    response = await post(client, "/auth/login", {"email": look_alike, "password": PASSWORD})
+    assert response.status_code == 401, response.text
+
+
+async def test_addresses_differing_in_case_are_one_account(client: httpx.AsyncClient) -> None:
+    await register(client, "sam@example.com")
+    response = await post(
+        client, "/auth/register", {"email": "SAM@example.com", "password": OTHER_PASSWORD}
+    )
+    assert response.status_code == 409, response.text
+    response = await post(
+        client, "/auth/register", {"email": "Sam@EXAMPLE.COM", "password": OTHER_PASSWORD}
+    )
+    assert response.status_code == 409, response.text
+    assert await user_id(client, "SAM@example.com") == await user_id(client, "sam@example.com")
+
+
+# --- login: stored hashes ----------------------------------------------------------------
+
+
+async def test_outdated_hash_parameters_are_upgraded_at_login(
+    backend: Backend, clock: FakeClock
+) -> None:
+    app = create_app(make_config(backend), clock=clock)
+    gate = app.state.authgate
+    async with running(app) as client:
+        user = await register(client)
+        old = PasswordHasher(time_cost=1, memory_cost=8192, parallelism=1).hash(PASSWORD)
+        async with gate.services.db.write() as s:
+            await UserStore(s).set_password(user["id"], old, clock())
+        await login(client)
+        async with gate.services.db.read() as s:
+            stored = (await UserStore(s).by_id(user["id"])).password_hash  # type: ignore[union-attr]
+        assert stored != old
+        assert "m=19456,t=2,p=1" in stored
+        await login(client)
+
+
+async def test_over_long_password_at_login_is_a_plain_401(client: httpx.AsyncClient) -> None:
+    await register(client)
+    response = await client.post(
+        "/auth/login", json={"email": "ann@example.com", "password": PASSWORD + "x" * 1000}
+    )
+    assert response.status_code == 401
+    assert response.json()["code"] == "invalid_credentials"
+
+
+# --- logins racing a password reset or a deactivation (security findings F1, F2) ---------
+
+
+class HeldLogin:
+    """Holds the first login whose password check matches `password` right after its argon2
+    work (verify, or the re-hash after it) until `release()`: the point where a reset or a
+    deactivation can commit before the login writes."""
+
+    def __init__(self, hashing: PasswordHashing, password: str, *, at: str) -> None:
+        self.reached = asyncio.Event()
+        self._go = asyncio.Event()
+        self._password = password
+        original = getattr(hashing, at)
+
+        async def held(*args: Any) -> Any:
+            result = await original(*args)
+            if args[-1] == self._password and not self.reached.is_set():
+                self.reached.set()
+                await self._go.wait()
+            return result
+
+        setattr(hashing, at, held)
+
+    def release(self) -> None:
+        self._go.set()
+
+
+async def reset_password(client: httpx.AsyncClient, outbox: list[str]) -> None:
+    response = await client.post("/auth/password-reset", json={"email": ANN})
+    assert response.status_code == 200, response.text
+    for _ in range(500):
+        if outbox:
+            break
+        await asyncio.sleep(0.01)
+    response = await client.post(
+        "/auth/password-reset/confirm",
+        json={"token": outbox.pop(), "new_password": NEW_PASSWORD},
+    )
+    assert response.status_code == 200, response.text
+
+
+async def live_sessions(app: Any) -> int:
+    async with app.state.authgate.services.db.read() as s:
+        count = await s.scalar(
+            select(func.count()).select_from(Session).where(Session.revoked_at.is_(None))
+        )
+    return int(count or 0)
+
+
+async def login_status(client: httpx.AsyncClient, password: str) -> int:
+    response = await client.post("/auth/login", json={"email": ANN, "password": password})
+    return response.status_code
+
+
+def make_app(backend: Backend, clock: FakeClock, outbox: list[str], **overrides: Any) -> Any:
+    async def send(_email: str, token: str) -> None:
+        outbox.append(token)
+
+    return create_app(make_config(backend, password_reset_send_fn=send, **overrides), clock=clock)
+
+
+async def test_login_rehash_never_undoes_a_reset(backend: Backend, clock: FakeClock) -> None:
+    """F1: a login re-hashing an outdated hash of the old password, while a reset commits,
+    must not write the old password back."""
+    outbox: list[str] = []
+    app = make_app(backend, clock, outbox)
+    async with running(app) as client:
+        await register(client, ANN)
+        async with app.state.authgate.services.db.write() as s:
+            await s.execute(update(User).values(password_hash=OUTDATED.hash(PASSWORD)))
+        held = HeldLogin(app.state.authgate.services.hashing, PASSWORD, at="hash")
+        racing = asyncio.ensure_future(login_status(client, PASSWORD))
+        await asyncio.wait_for(held.reached.wait(), 30)
+        await reset_password(client, outbox)
+        held.release()
+        # The password it verified is no longer the account's: no session for it.
+        assert await racing == 401
+        assert await login_status(client, NEW_PASSWORD) == 200
+        assert await login_status(client, PASSWORD) == 401
+        assert await live_sessions(app) == 1
+
+
+@pytest.mark.parametrize("change", ["reset", "deactivate", "deactivate_then_activate"])
+async def test_login_that_verified_old_credentials_opens_no_session(
+    backend: Backend, clock: FakeClock, change: str
+) -> None:
+    """F2: a login that verified the password before a reset or a deactivation committed
+    opens no session; re-activating the user does not revive anything either."""
+    outbox: list[str] = []
+    app = make_app(backend, clock, outbox)
+    gate = app.state.authgate
+    async with running(app) as client:
+        await register(client, ANN)
+        held = HeldLogin(gate.services.hashing, PASSWORD, at="verify")
+        racing = asyncio.ensure_future(login_status(client, PASSWORD))
+        await asyncio.wait_for(held.reached.wait(), 30)
+        if change == "reset":
+            await reset_password(client, outbox)
+        else:
+            await gate.accounts.set_active(ANN, False)
+            if change == "deactivate_then_activate":
+                await gate.accounts.set_active(ANN, True)
+        held.release()
+        assert await racing == 401
+        assert await live_sessions(app) == 0
+
+
+# --- access tokens at GET /me ------------------------------------------------------------
+
+
+async def test_forged_tokens_are_refused_by_me(client: httpx.AsyncClient) -> None:
+    await register(client)
+    real = (await login(client))["access_token"]
+    client.cookies.clear()
+    keys = Keys(TEST_SECRET.encode(), issuer="authgate", audience="authgate")
+    real_claims = jwt.decode(real, options={"verify_signature": False})
+    # Re-signed with the app's own key and nothing changed: accepted (the setup is right).
+    resigned = sign(keys, real_claims)
+    assert (await client.get("/auth/me", headers=bearer(resigned))).status_code == 200
+    payload = b64json(real_claims)
+    forged = [
+        f"{b64json({'alg': 'none', 'typ': 'at+jwt'})}.{payload}.",
+        f"{b64json({'alg': 'None', 'typ': 'at+jwt'})}.{payload}.",
+        sign(keys, real_claims, algorithm="HS512"),
+        sign(keys, real_claims, headers={"typ": "JWT"}),
+        sign(keys, {**real_claims, "exp": real_claims["iat"] - 1}),
+        sign(keys, {**real_claims, "aud": "other"}),
+        sign(keys, {k: v for k, v in real_claims.items() if k != "jti"}),
+        real.rsplit(".", 1)[0] + ".",
+    ]
+    for token in forged:
+        response = await client.get("/auth/me", headers=bearer(token))
+        assert response.status_code == 401, token
+        assert response.json()["code"] == "not_authenticated"
+        # A forged cookie fares no better.
+        client.cookies.set("svc_access_token", token)
+        assert (await client.get("/auth/me")).status_code == 401
+        client.cookies.clear()
+
+
+async def test_access_token_for_a_session_that_does_not_exist_is_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    user = await register(client)
+    keys = Keys(TEST_SECRET.encode(), issuer="authgate", audience="authgate")
+    token = keys.issue_access(
+        user_id=user["id"], session_id=new_session_id(), now=datetime.now(UTC), ttl=900
+    )
+    assert (await client.get("/auth/me", headers=bearer(token))).status_code == 401
+
+
+async def test_rotation_through_http(make_client: AppFactory) -> None:
+    async with make_client(secret_key=OLD_SECRET) as client:
+        await register(client)
+        tokens = await login(client)
+    async with make_client(secret_key=NEW_SECRET, secret_key_previous=OLD_SECRET) as client:
+        client.cookies.clear()
+        assert (
+            await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+        ).status_code == 200
+        # Refresh tokens are opaque database records: they survive any key change.
+        response = await client.post(
+            "/auth/refresh", json={"refresh_token": tokens["refresh_token"]}
+        )
+        assert response.status_code == 200
+        tokens = response.json()
+    async with make_client(secret_key=NEW_SECRET) as client:
+        client.cookies.clear()
+        assert (
+            await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+        ).status_code == 200
 
 
 # --- rotation through the body -------------------------------------------------------------
@@ -824,3 +1421,66 @@ async def test_get_me_by_cookie_needs_no_csrf(client: httpx.AsyncClient) -> None
     await register(client)
     await login(client)
     assert (await client.get("/auth/me")).status_code == 200
+
+
+# --- purge: what it leaves of sessions and token families (F10) --------------------------
+
+
+async def token_rows(app: Any) -> int:
+    async with app.state.authgate.services.db.read() as s:
+        return int(await s.scalar(select(func.count()).select_from(RefreshToken)) or 0)
+
+
+async def test_purge_keeps_only_recent_spent_tokens_of_a_family(
+    backend: Backend, clock: FakeClock
+) -> None:
+    """F10: purge deletes a live family's spent tokens beyond the newest few; a recent one
+    is still reuse (the family is revoked), an older one is merely unknown."""
+    app = make_app(backend, clock, [])
+    gate = app.state.authgate
+    async with running(app) as client:
+        await register(client, ANN)
+        tokens = [(await login(client, ANN))["refresh_token"]]
+        for _ in range(20):
+            response = await refresh(client, tokens[-1])
+            assert response.status_code == 200
+            tokens.append(response.json()["refresh_token"])
+        assert await token_rows(app) == 21
+        await gate.accounts.purge()
+        assert await token_rows(app) == 4  # the live token and the newest three spent
+        # The oldest tokens are gone: refused, but the family lives on.
+        assert (await refresh(client, tokens[0])).status_code == 401
+        assert (await refresh(client, tokens[-1])).status_code == 200
+        # A recently spent one is still reuse: the whole family is revoked.
+        reused = await refresh(client, tokens[-2])
+        assert reused.status_code == 401
+        assert reused.json()["code"] == "refresh_token_reused"
+
+
+async def test_purge_in_small_batches(backend: Backend, clock: FakeClock) -> None:
+    app = create_app(make_config(backend, refresh_ttl=100, session_max_age=0), clock=clock)
+    gate = app.state.authgate
+    async with running(app) as client:
+        await register(client)
+        for _ in range(5):  # five sessions that will simply expire
+            await login(client)
+        for _ in range(3):  # three logged out
+            tokens = await login(client)
+            await client.post("/auth/logout", json={"refresh_token": tokens["refresh_token"]})
+        clock.advance(101)
+        live = await login(client)
+        rotated = await client.post("/auth/refresh", json={"refresh_token": live["refresh_token"]})
+        newest = rotated.json()
+        client.cookies.clear()
+
+        result = await gate.accounts.purge(batch_size=2)
+        assert result.sessions == 8
+        assert result.batches > 3  # several transactions, not one
+        # A second purge finds nothing.
+        assert (await gate.accounts.purge(batch_size=2)).total == 0
+
+        # The live session survived, and its spent token is still recognised as reuse.
+        me = await client.get("/auth/me", headers=bearer(newest["access_token"]))
+        assert me.status_code == 200
+        reuse = await client.post("/auth/refresh", json={"refresh_token": live["refresh_token"]})
+        assert reuse.json()["code"] == "refresh_token_reused"

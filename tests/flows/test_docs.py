@@ -1,21 +1,33 @@
-"""The API documentation pages (issue 10, I4): `/docs` shares its origin with the auth cookies,
-so it loads nothing from another origin that is not pinned by version and SRI digest, runs
-under a CSP, and is off by default in production. `/openapi.json` is always served."""
+"""web/routes/docs.py and the OpenAPI document, through HTTP: `/docs` shares its origin with the
+auth cookies, so it loads nothing from another origin that is not pinned by version and SRI
+digest, runs under a CSP, and is off by default in production (issue 10, I4). `/openapi.json`
+is always served, with the package version (contract §4 Versioning)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import re
+from importlib.metadata import version
 
 import httpx
-import pytest
 from fastapi.routing import APIRoute
 from starlette.routing import Route
 
-from authgate import AuthConfig, create_app
-from tests.conftest import TEST_SECRET, AppFactory, Backend, make_config, running
+from authgate import create_app
+from tests.conftest import AppFactory, Backend, make_config, running
 
+INTERFACE_PATHS = {
+    "/auth/register": "post",
+    "/auth/login": "post",
+    "/auth/refresh": "post",
+    "/auth/logout": "post",
+    "/auth/me": "get",
+    "/auth/password-reset": "post",
+    "/auth/password-reset/confirm": "post",
+    "/auth/email-verification": "post",
+    "/auth/email-verification/confirm": "post",
+}
 _EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["'](?P<url>[a-z][a-z0-9+.-]*://[^"']*)["']""", re.I)
 _ANY_URL = re.compile(r"""[a-z][a-z0-9+.-]*://[^\s"'<>)]+""", re.I)
 _TAG = re.compile(r"<(?:script|link)\b[^>]*>", re.I)
@@ -109,23 +121,26 @@ async def test_no_page_references_an_unpinned_origin(make_client: AppFactory) ->
             assert urls == [], (path, urls)
 
 
-@pytest.mark.parametrize(
-    ("env", "database_url", "enabled"),
-    [
-        (None, None, True),
-        (None, "postgresql://db/app", False),
-        ("on", "postgresql://db/app", True),
-        ("off", None, False),
-        ("true", None, True),
-    ],
-)
-def test_docs_setting(
-    monkeypatch: pytest.MonkeyPatch, env: str | None, database_url: str | None, enabled: bool
-) -> None:
-    for name in ("AUTHGATE_DOCS", "DATABASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    if env is not None:
-        monkeypatch.setenv("AUTHGATE_DOCS", env)
-    if database_url is not None:
-        monkeypatch.setenv("DATABASE_URL", database_url)
-    assert AuthConfig(secret_key=TEST_SECRET).docs_enabled is enabled
+# --- the OpenAPI document ----------------------------------------------------------------
+
+
+async def test_openapi_carries_the_package_version(client: httpx.AsyncClient) -> None:
+    response = await client.get("/openapi.json")
+    assert response.status_code == 200
+    document = response.json()
+    assert document["info"]["version"] == version("authgate")
+    assert document["openapi"].startswith("3.")
+    paths = document["paths"]
+    for path, method in INTERFACE_PATHS.items():
+        assert path in paths, path
+        assert method in paths[path], (path, method)
+    assert "get" in paths["/health"]
+    assert "get" in paths["/readiness"]
+
+
+async def test_openapi_follows_the_prefix(make_client: AppFactory) -> None:
+    async with make_client(prefix="/id") as client:
+        paths = (await client.get("/openapi.json")).json()["paths"]
+    for path in INTERFACE_PATHS:
+        assert "/id" + path.removeprefix("/auth") in paths
+    assert "/health" in paths

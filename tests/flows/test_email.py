@@ -33,6 +33,7 @@ from tests.conftest import (
     register,
     running,
 )
+from tests.flows.test_auth import OTHER_PASSWORD, post, user_id
 
 ANN = "ann@example.com"
 NEW_PASSWORD = "a brand new passphrase"
@@ -639,3 +640,91 @@ async def test_tokens_never_logged_over_smtp(
     # The sink (aiosmtpd, logger "mail.log") is the test's mail server, not authgate.
     records = [r for r in caplog.records if not r.name.startswith("mail.log")]
     assert_not_logged(records, [token, NEW_PASSWORD, PASSWORD])
+
+
+# --- new passwords: the rules on the reset path ------------------------------------------
+
+
+async def test_common_passwords_are_refused_on_reset(
+    make_client: AppFactory, outbox: Outbox
+) -> None:
+    async with make_client(password_reset_send_fn=outbox) as client:
+        await register(client)
+        await client.post("/auth/password-reset", json={"email": "ann@example.com"})
+        (_, token), *_ = await outbox.wait_for(1)
+        response = await client.post(
+            "/auth/password-reset/confirm", json={"token": token, "new_password": "iloveyou1"}
+        )
+        assert response.status_code == 422
+        assert "most commonly used" in response.text
+        response = await client.post(
+            "/auth/password-reset/confirm", json={"token": token, "new_password": "a fresh one 42"}
+        )
+        assert response.status_code == 200
+
+
+async def test_nfkc_is_applied_on_every_path(make_client: AppFactory, outbox: Outbox) -> None:
+    ligature, plain = "\ufb01nancial plan 2026", "financial plan 2026"  # "ﬁ" vs "fi"
+    async with make_client(password_reset_send_fn=outbox) as client:
+        await register(client, password=ligature)
+        await login(client, password=plain)
+        await login(client, password=ligature)
+        await client.post("/auth/password-reset", json={"email": "ann@example.com"})
+        (_, token), *_ = await outbox.wait_for(1)
+        response = await client.post(
+            "/auth/password-reset/confirm",
+            json={"token": token, "new_password": "\uff53\uff45\uff43\uff52\uff45\uff54 garden 7"},
+        )
+        assert response.status_code == 200
+        await login(client, password="secret garden 7")
+
+
+# --- reset mail goes to the account of that address, and nowhere else --------------------
+
+
+async def test_sharp_s_and_ss_domains_are_two_accounts_and_reset_mail_stays_apart(
+    make_client: AppFactory, outbox: Outbox
+) -> None:
+    squatter, owner = "victim@straße.de", "victim@strasse.de"
+    async with make_client(password_reset_send_fn=outbox) as client:
+        await register(client, squatter, OTHER_PASSWORD)  # first, as the squatter would
+        await register(client, owner)  # the owner can still register
+        assert await user_id(client, owner) != await user_id(client, squatter, OTHER_PASSWORD)
+        # Each address logs into its own account only.
+        response = await post(client, "/auth/login", {"email": owner, "password": OTHER_PASSWORD})
+        assert response.status_code == 401
+        response = await post(client, "/auth/login", {"email": squatter, "password": PASSWORD})
+        assert response.status_code == 401
+        # The IDNA (ASCII) spelling of a domain is the same domain.
+        await login(client, "victim@xn--strae-oqa.de", OTHER_PASSWORD)
+        await login(client, "VICTIM@STRASSE.DE")
+
+        assert (await post(client, "/auth/password-reset", {"email": owner})).status_code == 200
+        (sent,) = await outbox.wait_for(1)
+        assert sent[0] == owner
+        response = await post(client, "/auth/password-reset", {"email": squatter})
+        assert response.status_code == 200
+        sent = (await outbox.wait_for(2))[1]
+        assert sent[0] == squatter
+        # The owner's reset changes the owner's password and nobody else's.
+        new_password = "the owner's new passphrase"
+        response = await post(
+            client,
+            "/auth/password-reset/confirm",
+            {"token": outbox.sent[0][1], "new_password": new_password},
+        )
+        assert response.status_code == 200, response.text
+        await login(client, owner, new_password)
+        await login(client, squatter, OTHER_PASSWORD)
+
+
+async def test_idle_background_queue_after_many_unknown_reset_requests(
+    make_client: AppFactory, outbox: Outbox
+) -> None:
+    async with make_client(password_reset_send_fn=outbox) as client, asyncio.timeout(60):
+        for i in range(50):
+            response = await client.post(
+                "/auth/password-reset", json={"email": f"ghost{i}@example.com"}
+            )
+            assert response.status_code == 200
+    assert outbox.sent == []

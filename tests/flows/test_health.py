@@ -1,27 +1,17 @@
-"""GET /health and GET /readiness at the application root (contract §4 Health endpoints),
-and the OpenAPI document with the package version (contract §4 Versioning)."""
+"""web/routes/health.py through HTTP: GET /health and GET /readiness at the application root
+(contract §4 Health endpoints), and GET /.well-known/jwks.json."""
 
 from __future__ import annotations
 
-from importlib.metadata import version
 from typing import Any
 
 import httpx
+import jwt
 import pytest
 
-from tests.conftest import AppFactory, Backend
+from tests.conftest import AppFactory, Backend, bearer, login, register
+from tests.unit.tokens.test_jwks import _write_key
 
-INTERFACE_PATHS = {
-    "/auth/register": "post",
-    "/auth/login": "post",
-    "/auth/refresh": "post",
-    "/auth/logout": "post",
-    "/auth/me": "get",
-    "/auth/password-reset": "post",
-    "/auth/password-reset/confirm": "post",
-    "/auth/email-verification": "post",
-    "/auth/email-verification/confirm": "post",
-}
 UNREACHABLE_CACHE = "redis://127.0.0.1:1/0"
 UNREACHABLE_DATABASE = "postgresql://postgres@127.0.0.1:1/x"
 
@@ -148,23 +138,33 @@ async def test_readiness_with_everything_unreachable_is_503(make_client: AppFact
     assert "hunter2" not in response.text
 
 
-async def test_openapi_carries_the_package_version(client: httpx.AsyncClient) -> None:
-    response = await client.get("/openapi.json")
-    assert response.status_code == 200
-    document = response.json()
-    assert document["info"]["version"] == version("authgate")
-    assert document["openapi"].startswith("3.")
-    paths = document["paths"]
-    for path, method in INTERFACE_PATHS.items():
-        assert path in paths, path
-        assert method in paths[path], (path, method)
-    assert "get" in paths["/health"]
-    assert "get" in paths["/readiness"]
+# --- the JWKS ----------------------------------------------------------------------------
 
 
-async def test_openapi_follows_the_prefix(make_client: AppFactory) -> None:
-    async with make_client(prefix="/id") as client:
-        paths = (await client.get("/openapi.json")).json()["paths"]
-    for path in INTERFACE_PATHS:
-        assert "/id" + path.removeprefix("/auth") in paths
-    assert "/health" in paths
+@pytest.mark.parametrize("algorithm", ["EdDSA", "ES256"])
+async def test_tokens_verify_offline_with_the_published_jwks(
+    make_client: AppFactory, backend: Backend, algorithm: str
+) -> None:
+    key_file = _write_key(backend.data_dir.parent / "signing.pem", algorithm)
+    async with make_client(jwt_algorithm=algorithm, jwt_private_key_file=key_file) as client:
+        await register(client)
+        tokens = await login(client)
+        jwks = (await client.get("/.well-known/jwks.json")).json()
+        client.cookies.clear()
+        assert (
+            await client.get("/auth/me", headers=bearer(tokens["access_token"]))
+        ).status_code == 200
+    header = jwt.get_unverified_header(tokens["access_token"])
+    assert header["alg"] == algorithm
+    (jwk,) = jwks["keys"]
+    assert jwk["kid"] == header["kid"]
+    assert "d" not in jwk  # never the private half
+    # Another service, with nothing but the JWKS:
+    claims = jwt.decode(
+        tokens["access_token"],
+        jwt.PyJWK(jwk).key,
+        algorithms=[algorithm],
+        audience="authgate",
+        issuer="authgate",
+    )
+    assert claims["sub"] == "1"

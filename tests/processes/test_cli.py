@@ -35,6 +35,7 @@ from tests.conftest import (
     register,
     running,
 )
+from tests.flows.test_auth import FULLWIDTH_SAM, LONG_S_SAM
 
 pytestmark = pytest.mark.subprocess
 
@@ -281,18 +282,6 @@ async def test_db_upgrade_migrates_and_is_idempotent(backend: Backend) -> None:
     )
 
 
-def test_head_revision_is_alembics_head() -> None:
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
-
-    import authgate.store.migrations
-    from authgate.store.migrations import HEAD_REVISION
-
-    cfg = Config()
-    cfg.set_main_option("script_location", str(Path(authgate.store.migrations.__file__).parent))
-    assert ScriptDirectory.from_config(cfg).get_current_head() == HEAD_REVISION
-
-
 async def test_a_database_at_head_is_checked_without_alembic(backend: Backend) -> None:
     # Every worker start and CLI command checks the schema: at head, one SELECT, and Alembic
     # (its imports, its memory) stays out of the process.
@@ -419,3 +408,20 @@ def test_unreachable_database_exits_1_without_leaking_the_password(tmp_path: Pat
         line = assert_user_error(result)
         assert "database" in line.lower(), (cmd, line)
         assert "hunter2secret" not in result.stdout + result.stderr, cmd
+
+
+# --- the email key (issue 10, F12) -------------------------------------------------------
+
+
+async def test_users_create_refuses_look_alikes_and_keeps_sharp_s_apart(backend: Backend) -> None:
+    env = clean_env(backend.env)
+    assert (await asyncio.to_thread(authgate, "db", "upgrade", env=env)).returncode == 0
+    refused = [create_cmd(FULLWIDTH_SAM), create_cmd(LONG_S_SAM)]
+    created = [create_cmd(e) for e in ("sam@example.com", "victim@straße.de", "victim@strasse.de")]
+    for cmd, result in await asyncio.to_thread(run_many, refused + created, env):
+        if cmd in refused:
+            assert "compatibility characters" in assert_user_error(result)
+        else:
+            assert result.returncode == 0, result.stderr
+    result = await asyncio.to_thread(run_cmd, create_cmd("SAM@example.com"), env)
+    assert "already exists" in assert_user_error(result)

@@ -6,8 +6,10 @@ Servers run in their own process group (workers included) and are always stopped
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import re
 import signal
 import socket
 import stat
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import PASSWORD, TEST_SECRET, Backend, bearer, clean_env
+from tests.conftest import PASSWORD, TEST_SECRET, Backend, SmtpSink, bearer, clean_env
+from tests.flows.test_auth import ANN, NEW_PASSWORD
 
 pytestmark = pytest.mark.subprocess
 
@@ -407,3 +411,55 @@ def test_serve_keeps_the_embedded_database_private(tmp_path: Path) -> None:
             assert "was mode 0644; now 0600" in server.stderr
     finally:
         os.umask(old_umask)
+
+
+# --- logins racing a password reset on a real server (security finding F2) ---------------
+
+
+@pytest.mark.subprocess
+def test_concurrent_logins_with_old_password_do_not_survive_reset(
+    backend: Backend, tmp_path: Path, smtp_sink: SmtpSink
+) -> None:
+    """F2 against a real server: logins with the old password fired while the reset is
+    confirmed; afterwards no token any of them got still works."""
+    env = clean_env(
+        {
+            **backend.env,
+            "AUTHGATE_SMTP_URL": smtp_sink.url,
+            "AUTHGATE_RATE_LIMITS": "off",
+            "AUTHGATE_HASH_MAX_WAIT": "30",
+        }
+    )
+    with serving(env, tmp_path / "logs") as server:
+        assert server.post("/auth/register", json={"email": ANN, "password": PASSWORD}).is_success
+        assert server.post("/auth/password-reset", json={"email": ANN}).status_code == 200
+        messages = asyncio.run(smtp_sink.wait_for(1))
+        body = messages[0].get_body(preferencelist=("plain",))
+        assert body is not None
+        match = re.search(r"token=([A-Za-z0-9_\-]+)", body.get_content())
+        assert match is not None
+        token = match.group(1)
+
+        def attempt(i: int) -> httpx.Response:
+            if i == 6:
+                return server.post(
+                    "/auth/password-reset/confirm",
+                    json={"token": token, "new_password": NEW_PASSWORD},
+                )
+            return server.post("/auth/login", json={"email": ANN, "password": PASSWORD})
+
+        with ThreadPoolExecutor(max_workers=13) as pool:
+            answers = list(pool.map(attempt, range(13)))
+        assert answers[6].status_code == 200, answers[6].text
+        tokens = [r.json() for i, r in enumerate(answers) if i != 6 and r.status_code == 200]
+        for pair in tokens:
+            assert server.get("/auth/me", headers=bearer(pair["access_token"])).status_code == 401
+            refreshed = server.post("/auth/refresh", json={"refresh_token": pair["refresh_token"]})
+            assert refreshed.status_code == 401
+        assert (
+            server.post("/auth/login", json={"email": ANN, "password": NEW_PASSWORD}).status_code
+            == 200
+        )
+        assert (
+            server.post("/auth/login", json={"email": ANN, "password": PASSWORD}).status_code == 401
+        )

@@ -334,64 +334,6 @@ async def test_every_post_endpoint_survives_garbage_headers(
             assert_contract_error(response, f"{path} {headers}")
 
 
-async def test_unknown_paths_are_404_in_the_contract_shape(client: httpx.AsyncClient) -> None:
-    for method, path in (
-        ("GET", "/nope"),
-        ("POST", "/auth/nope"),
-        ("GET", "/auth"),
-        ("GET", "/auth/health"),
-        ("GET", "/auth/me/extra"),
-        ("GET", "/../etc/passwd"),
-        ("GET", "/%00"),
-    ):
-        response = await client.request(method, path)
-        assert response.status_code == 404, (method, path, response.status_code)
-        assert response.json()["code"] == "not_found"
-        assert set(response.json()) == {"detail", "code"}
-        assert response.headers["x-content-type-options"] == "nosniff"
-
-
-async def test_wrong_method_is_405_in_the_contract_shape(client: httpx.AsyncClient) -> None:
-    for method, path in (
-        ("GET", "/auth/register"),
-        ("PUT", "/auth/login"),
-        ("DELETE", "/auth/logout"),
-        ("PATCH", "/auth/refresh"),
-        ("POST", "/auth/me"),
-        ("GET", "/auth/password-reset/confirm"),
-        ("POST", "/health"),
-        ("DELETE", "/readiness"),
-    ):
-        response = await client.request(method, path)
-        assert response.status_code == 405, (method, path, response.status_code)
-        assert response.json() == {
-            "detail": response.json()["detail"],
-            "code": "method_not_allowed",
-        }
-        assert isinstance(response.json()["detail"], str)
-        assert "allow" in response.headers
-        assert response.headers["x-content-type-options"] == "nosniff"
-
-
-async def test_every_response_carries_nosniff(client: httpx.AsyncClient) -> None:
-    await register(client)
-    tokens = await login(client)
-    responses = [
-        await client.get("/health"),
-        await client.get("/readiness"),
-        await client.get("/openapi.json"),
-        await client.get("/auth/me", headers=bearer(tokens["access_token"])),
-        await client.get("/auth/me"),
-        await client.post("/auth/login", json={"email": "ann@example.com", "password": "wrong!!!"}),
-        await client.post("/auth/register", json={}),
-        await client.post("/auth/refresh", json={"refresh_token": tokens["refresh_token"]}),
-        await client.post("/auth/logout"),
-        await client.get("/nope"),
-    ]
-    for response in responses:
-        assert response.headers.get("x-content-type-options") == "nosniff", response.url
-
-
 async def test_bad_csrf_header_bytes_are_refused_not_500(client: httpx.AsyncClient) -> None:
     """A non-ASCII X-CSRF-Token equal to its cookie: 403, not a crash in the comparison."""
     await register(client)
@@ -408,3 +350,128 @@ async def test_bad_csrf_header_bytes_are_refused_not_500(client: httpx.AsyncClie
         )
         assert response.status_code in (403, 501), (path, response.text)
         assert_contract_error(response, path)
+
+
+# --- bodies that are not JSON objects, duplicate keys, duplicate cookies, huge headers ---
+
+
+async def test_json_bodies_only(client: httpx.AsyncClient) -> None:
+    body = b'{"email": "ann@example.com", "password": "correct horse battery"}'
+    for content_type in (None, "text/plain", "application/x-www-form-urlencoded"):
+        headers = {"Content-Type": content_type} if content_type else {}
+        response = await client.post("/auth/register", content=body, headers=headers)
+        assert response.status_code == 422, content_type
+    await register(client)  # none of them created the account
+
+
+async def _user_count(backend: Backend) -> int:
+    db = Database(make_config(backend))
+    try:
+        async with db.read() as s:
+            return int(await s.scalar(select(func.count()).select_from(User)) or 0)
+    finally:
+        await db.dispose()
+
+
+async def test_duplicate_json_keys_are_refused(client: httpx.AsyncClient, backend: Backend) -> None:
+    body = (
+        b'{"email": "ann@example.com", "email": "bob@example.com", '
+        b'"password": "correct horse battery"}'
+    )
+    response = await client.post(
+        "/auth/register", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert await _user_count(backend) == 0
+
+
+async def test_duplicated_auth_cookies_are_not_trusted(client: httpx.AsyncClient) -> None:
+    await register(client)
+    tokens = await login(client)
+    client.cookies.clear()
+    access = tokens["access_token"]
+    both = f"svc_access_token={access}; svc_access_token=planted"
+    assert (await client.get("/auth/me", headers={"Cookie": both})).status_code == 401
+    reversed_ = f"svc_access_token=planted; svc_access_token={access}"
+    assert (await client.get("/auth/me", headers={"Cookie": reversed_})).status_code == 401
+    assert (
+        await client.get("/auth/me", headers={"Cookie": f"svc_access_token={access}"})
+    ).status_code == 200
+    refresh = tokens["refresh_token"]
+    response = await client.post(
+        "/auth/refresh",
+        headers={"Cookie": f"svc_refresh_token=planted; svc_refresh_token={refresh}"},
+    )
+    assert response.status_code == 401
+    # The real token was not spent by that request.
+    response = await client.post("/auth/refresh", json={"refresh_token": refresh})
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "separator",
+    [b" ", b"\t", b"\xa0", b"\x85", b" \xa0 "],
+    ids=["space", "tab", "nbsp", "nel", "mixed"],
+)
+async def test_a_name_spelled_with_trailing_whitespace_is_a_duplicate(
+    client: httpx.AsyncClient, separator: bytes
+) -> None:
+    """`svc_access_token=V; svc_access_token =A`: the reader strips the name (U+00A0 and U+0085
+    too), so the duplicate check must count it as the same name: neither is used."""
+    await register(client)
+    access = (await login(client))["access_token"].encode()
+    client.cookies.clear()
+    for cookie in (
+        b"svc_access_token=planted; svc_access_token" + separator + b"=" + access,
+        b"svc_access_token" + separator + b"=" + access + b"; svc_access_token=planted",
+    ):
+        me = await client.get("/auth/me", headers=[(b"cookie", cookie)])
+        assert me.status_code == 401, cookie
+    alone = b"svc_access_token" + separator + b"=" + access
+    assert (await client.get("/auth/me", headers=[(b"cookie", alone)])).status_code == 200
+
+
+async def test_one_cookie_name_in_two_cookie_headers_is_a_duplicate(
+    client: httpx.AsyncClient,
+) -> None:
+    await register(client)
+    tokens = await login(client)
+    client.cookies.clear()
+    access, refresh = tokens["access_token"], tokens["refresh_token"]
+    me = await client.get(
+        "/auth/me",
+        headers=[("cookie", "svc_access_token=planted"), ("cookie", f"svc_access_token={access}")],
+    )
+    assert me.status_code == 401
+    response = await client.post(
+        "/auth/refresh",
+        headers=[
+            ("cookie", "svc_refresh_token=planted"),
+            ("cookie", f"svc_refresh_token ={refresh}"),
+        ],
+    )
+    assert response.status_code == 401
+    # The real token was not spent by that request.
+    response = await client.post("/auth/refresh", json={"refresh_token": refresh})
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Authorization": "Bearer " + "a" * 100_000},
+        {"Cookie": "svc_access_token=" + "b" * 100_000},
+        {"X-CSRF-Token": "c" * 100_000, "Cookie": "svc_csrf_token=" + "c" * 100_000},
+        {"X-Request-ID": "d" * 100_000},
+        {"User-Agent": "e" * 100_000},
+    ],
+)
+async def test_huge_headers_are_a_clean_4xx(
+    client: httpx.AsyncClient, headers: dict[str, str]
+) -> None:
+    me = await client.get("/auth/me", headers=headers)
+    assert me.status_code == 401
+    response = await client.post("/auth/email-verification", headers=headers)
+    assert response.status_code in (401, 403)
+    response = await client.post("/auth/refresh", headers=headers)
+    assert response.status_code in (401, 403)

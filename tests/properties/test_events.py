@@ -8,7 +8,6 @@ import base64
 import hashlib
 import json
 import logging
-import sys
 from typing import Any
 
 import pytest
@@ -294,60 +293,6 @@ async def test_every_step_writes_one_event_and_no_secret(
             for secret in secrets:
                 for form in secret_forms(secret):
                     assert form not in text, (record.name, record.getMessage()[:200])
-
-
-def test_json_formatter_writes_one_json_line_per_record() -> None:
-    formatter = JsonFormatter()
-    logger = logging.getLogger("authgate.events")
-    records = [
-        logger.makeRecord(
-            "authgate.events",
-            logging.INFO,
-            __file__,
-            1,
-            "login_succeeded",
-            None,
-            None,
-            extra={
-                "authgate": {
-                    "event": "login_succeeded",
-                    "outcome": "success",
-                    "user_id": 7,
-                    "session_id": "s" * 32,
-                    "request_id": "req-1",
-                    "client_ip": "127.0.0.1",
-                    "user_agent": 'evil\r\n{"event": "forged"}',
-                }
-            },
-        ),
-        logger.makeRecord(
-            "authgate", logging.WARNING, __file__, 1, "two\nlines %s", ("and\nmore",), None
-        ),
-    ]
-    try:
-        raise ValueError("the message of a driver error, which may quote a value")
-    except ValueError:
-        records.append(
-            logger.makeRecord(
-                "authgate", logging.ERROR, __file__, 1, "unhandled", None, sys.exc_info()
-            )
-        )
-    for record in records:
-        line = formatter.format(record)
-        assert "\n" not in line
-        assert "\r" not in line
-        out = json.loads(line)
-        assert out["logger"] == record.name
-        assert out["level"] == record.levelname.lower()
-        assert out["message"] == record.getMessage()
-        assert isinstance(out["time"], str)
-    first = json.loads(formatter.format(records[0]))
-    assert first["event"] == "login_succeeded"
-    assert first["user_id"] == 7
-    assert first["user_agent"] == 'evil\r\n{"event": "forged"}'
-    last = json.loads(formatter.format(records[2]))
-    assert last["exception"] == "ValueError"
-    assert "driver error" not in formatter.format(records[2])
 
 
 async def test_events_formatted_as_json_lines(

@@ -21,7 +21,6 @@ from sqlalchemy import select
 
 from authgate import create_app
 from authgate.app import AuthGate
-from authgate.store.limits import RedisCounters, SqlCounters
 from authgate.store.models import RateLimitCounter
 from tests.conftest import (
     PASSWORD,
@@ -33,6 +32,7 @@ from tests.conftest import (
     register,
     running,
 )
+from tests.flows.test_auth import ANN, login, make_app, refresh
 
 LOGIN_PER_IP = 30
 FAILURES_PER_ADDRESS = 5
@@ -322,51 +322,6 @@ async def test_a_cancelled_request_is_no_attempt(backend: Backend, clock: FakeCl
         assert_limited(await fail(client))
 
 
-# --- the store ----------------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def gate_for(backend: Backend, clock: FakeClock) -> AsyncIterator[AuthGate]:
-    gate = AuthGate(make_config(backend, rate_limits=True), clock=clock)
-    async with gate.lifespan():
-        yield gate
-
-
-def stores_of(gate: AuthGate, backend: Backend) -> list[Any]:
-    stores: list[Any] = [SqlCounters(gate.services.db)]
-    if backend.name == "postgres":
-        stores.append(RedisCounters(gate.cache.client, prefix=backend.settings["cache_prefix"]))  # type: ignore[attr-defined]
-    return stores
-
-
-async def test_store_counts_concurrent_hits_exactly_and_gives_back_to_its_window(
-    backend: Backend, clock: FakeClock
-) -> None:
-    async with gate_for(backend, clock) as gate:
-        for store in stores_of(gate, backend):
-            now = clock()
-            hits = await asyncio.gather(
-                *(store.hit("t:burst", limit=10, window=60, now=now) for _ in range(40))
-            )
-            assert sum(h.allowed for h in hits) == 10, type(store).__name__
-            assert sorted(h.hits for h in hits if h.allowed) == list(range(1, 11))
-            refused = [h for h in hits if not h.allowed]
-            assert {h.retry_after(now) for h in refused} == {60}
-            assert await store.count("t:burst", now) == 10
-            first = next(h for h in hits if h.allowed)
-            await store.give_back("t:burst", first.window_end)
-            assert await store.count("t:burst", now) == 9
-            # A new window: a slot taken in the old one is not given back to it.
-            later = now + timedelta(hours=1)
-            fresh = await store.hit("t:burst", limit=10, window=60, now=later)
-            assert fresh.allowed
-            assert fresh.hits == 1
-            await store.give_back("t:burst", first.window_end)
-            assert await store.count("t:burst", later) == 1
-            await store.clear("t:burst")
-            assert await store.count("t:burst", later) == 0
-
-
 async def test_keys_name_no_email_and_no_address(backend: Backend, clock: FakeClock) -> None:
     async with serving_app(backend, clock) as (app, client):
         await register(client)
@@ -385,19 +340,80 @@ async def test_keys_name_no_email_and_no_address(backend: Backend, clock: FakeCl
                 assert personal not in key, key
 
 
-async def test_purge_deletes_expired_counters_and_keeps_live_ones(
-    backend: Backend, clock: FakeClock
+# --- budgets from the settings; what a reset does to them --------------------------------
+
+
+async def test_limits_are_configurable(make_client: AppFactory) -> None:
+    async with make_client(rate_limits=True, login_limit_per_ip="3/minute") as client:
+        codes = [
+            (
+                await client.post("/auth/login", json={"email": "x@example.com", "password": "y"})
+            ).status_code
+            for _ in range(4)
+        ]
+    assert codes == [401, 401, 401, 429]
+
+
+async def test_password_reset_works_while_logins_are_locked(
+    make_client: AppFactory, outbox: Outbox
 ) -> None:
-    async with gate_for(backend, clock) as gate:
-        store = SqlCounters(gate.services.db)
-        now = clock()
-        for i in range(5):
-            await store.hit(f"t:short{i}", limit=10, window=60, now=now)
-        await store.hit("t:long", limit=10, window=7200, now=now)
+    async with make_client(rate_limits=True, password_reset_send_fn=outbox) as client:
+        await register(client)
+        for _ in range(10):
+            await client.post(
+                "/auth/login", json={"email": "ann@example.com", "password": "wrong guess"}
+            )
+        locked = await client.post(
+            "/auth/login", json={"email": "ann@example.com", "password": PASSWORD}
+        )
+        assert locked.status_code == 429
+        assert int(locked.headers["retry-after"]) >= 1
+        response = await client.post("/auth/password-reset", json={"email": "ann@example.com"})
+        assert response.status_code == 200
+        (_, token), *_ = await outbox.wait_for(1)
+        response = await client.post(
+            "/auth/password-reset/confirm", json={"token": token, "new_password": "new secret 123"}
+        )
+        assert response.status_code == 200
+
+
+async def test_reset_requests_per_account_are_capped_silently(
+    make_client: AppFactory, outbox: Outbox
+) -> None:
+    async with make_client(
+        rate_limits=True, password_reset_send_fn=outbox, reset_limit_per_account="2/hour"
+    ) as client:
+        await register(client)
+        answers = [
+            (await client.post("/auth/password-reset", json={"email": "ann@example.com"})).json()
+            for _ in range(4)
+        ]
+        await outbox.wait_for(2)
+    # The app has shut down, so every background send has finished: exactly two went out.
+    assert len(outbox.sent) == 2
+    assert all(a == answers[0] for a in answers)
+
+
+# --- F10: refreshes per session ----------------------------------------------------------
+
+
+async def test_refresh_is_limited_per_session(backend: Backend, clock: FakeClock) -> None:
+    """F10: a small burst of rotations per session, then 429 with Retry-After; the presented
+    token is not spent and works once the window is over."""
+    app = make_app(backend, clock, [], rate_limits=True, refresh_limit_per_session="3/minute")
+    async with running(app) as client:
+        await register(client, ANN)
+        token = (await login(client, ANN))["refresh_token"]
+        for _ in range(3):
+            response = await refresh(client, token)
+            assert response.status_code == 200, response.text
+            token = response.json()["refresh_token"]
+        limited = await refresh(client, token)
+        assert limited.status_code == 429, limited.text
+        assert limited.json()["code"] == "rate_limited"
+        assert 1 <= int(limited.headers["Retry-After"]) <= 60
+        # Another session of the same user has a budget of its own.
+        other = (await login(client, ANN))["refresh_token"]
+        assert (await refresh(client, other)).status_code == 200
         clock.advance(61)
-        result = await gate.accounts.purge(batch_size=2)
-        assert result.rate_limit_counters == 5
-        async with gate.services.db.read() as s:
-            left = list((await s.execute(select(RateLimitCounter.key))).scalars())
-        assert left == ["t:long"]
-        assert await store.count("t:long", clock()) == 1
+        assert (await refresh(client, token)).status_code == 200

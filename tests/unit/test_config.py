@@ -1,18 +1,16 @@
-"""Configuration (contract §3): environment variables, the secret key, safe descriptions,
-and the database URL mapping."""
+"""Configuration (contract §3): environment variables, the secret key, validation that never
+quotes a secret, safe descriptions."""
 
 from __future__ import annotations
 
-import os
-import stat
+from ipaddress import ip_network
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from authgate import AuthConfig
-from authgate.datadir import ensure_secret_key
-from authgate.store.db import database_url
+from tests.conftest import TEST_SECRET
 
 SECRET = "a-secret-key-that-is-long-enough-0123456789"
 ENV_VARS = (
@@ -198,40 +196,6 @@ def test_secret_is_not_in_repr() -> None:
     assert "hunter2" not in repr(config)
 
 
-def test_ensure_secret_key_creates_a_0600_key_file_once(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
-    config = AuthConfig(data_dir=data_dir)
-    first = ensure_secret_key(config)
-    key_file = data_dir / "secret_key"
-    assert key_file.is_file()
-    assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
-    assert first.secret_key is not None
-    key = first.secret_key.get_secret_value()
-    assert len(key) >= 32
-    assert key_file.read_text().strip() == key
-    mtime = key_file.stat().st_mtime_ns
-    # The original config is unchanged; a second call reads the same key back.
-    assert config.secret_key is None
-    second = ensure_secret_key(AuthConfig(data_dir=data_dir))
-    assert second.secret_key is not None
-    assert second.secret_key.get_secret_value() == key
-    assert key_file.stat().st_mtime_ns == mtime
-    assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
-
-
-def test_ensure_secret_key_keeps_an_explicit_key(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
-    config = AuthConfig(data_dir=data_dir, secret_key=SECRET)
-    assert ensure_secret_key(config) is config
-    assert not (data_dir / "secret_key").exists()
-
-
-def test_separate_data_dirs_get_separate_keys(tmp_path: Path) -> None:
-    a = ensure_secret_key(AuthConfig(data_dir=tmp_path / "a")).secret()
-    b = ensure_secret_key(AuthConfig(data_dir=tmp_path / "b")).secret()
-    assert a != b
-
-
 def test_secret_before_loading_is_an_error() -> None:
     with pytest.raises(RuntimeError):
         AuthConfig().secret()
@@ -262,56 +226,6 @@ def test_describe_never_includes_a_url_password(database: str, cache: str) -> No
     assert described["prefix"] == "/auth"
 
 
-@pytest.mark.parametrize(
-    ("url", "shown"),
-    [
-        # Userinfo, with and without a user name, with `@ / ? # :` left unescaped in it.
-        ("postgresql://admin:hunter2@db:5432/app", "postgresql://***@db:5432/app"),
-        ("postgresql://admin:hun@ter2@db/app", "postgresql://***@db/app"),
-        ("redis://:hunter2@cache:6379/0", "redis://***@cache:6379/0"),
-        (
-            "rediss://default:hunter2@cache.example.com:6380/1",
-            "rediss://***@cache.example.com:6380/1",
-        ),
-        ("postgresql://admin:hunt/er2@db/app", "postgresql://***@db/app"),
-        ("postgresql://admin:hunt#er2@db/app", "postgresql://***"),
-        ("unix://:hunter2@/run/redis.sock?db=0", "unix://***@/run/redis.sock?db=***"),
-        # Query parameters: every value, whatever its name.
-        ("postgresql://db/app?password=hunter2", "postgresql://db/app?password=***"),
-        (
-            "postgresql://admin@db/app?sslmode=verify-full&sslpassword=hunter2",
-            "postgresql://***@db/app?sslmode=***&sslpassword=***",
-        ),
-        ("postgres://admin:hunter2@db/app?sslmode=require", "postgres://***@db/app?sslmode=***"),
-        ("redis://cache:6379/0?password=hunter2", "redis://cache:6379/0?password=***"),
-        (
-            "redis://cache/0?username=u&password=hunter2",
-            "redis://cache/0?username=***&password=***",
-        ),
-        ("postgresql://admin:hunter2@/app?host=/run/pg", "postgresql://***@/app?host=***"),
-        ("postgresql://db/app?hunter2", "postgresql://db/app?***"),
-        ("postgresql://db/app;password=x?user=a@b&password=hunter2", "postgresql://***"),
-        (
-            "postgresql://db/app?user=a@b&password=hunter2",
-            "postgresql://db/app?user=***&password=***",
-        ),
-        # Where the userinfo ends is undecidable: only the scheme is shown.
-        ("postgresql://u:p@db/app?password=hunter2@x", "postgresql://***"),
-        ("redis://:hun?ter2@cache:6379/0", "redis://***"),
-        ("postgresql://u:p#w@h1:5432,h2:5432/app?sslpassword=hunter2", "postgresql://***"),
-        ("postgresql://db/app#hunter2", "postgresql://db/app"),
-        ("sqlite:////var/lib/app.db", "sqlite:////var/lib/app.db"),
-        ("no scheme hunter2", "<unparseable url>"),
-    ],
-)
-def test_redact_url_hides_every_credential(url: str, shown: str) -> None:
-    from authgate.events import redact_url as _redact_url
-
-    assert _redact_url(url) == shown
-    assert "hunter2" not in shown
-    assert "ter2" not in shown
-
-
 def test_describe_the_embedded_setup() -> None:
     described = AuthConfig().describe()
     assert described["database"] == "embedded sqlite"
@@ -320,52 +234,66 @@ def test_describe_the_embedded_setup() -> None:
 
 
 @pytest.mark.parametrize(
-    ("given", "driver"),
+    "key",
     [
-        ("postgresql://u:p@127.0.0.1:5432/app", "postgresql+asyncpg"),
-        ("postgres://u:p@127.0.0.1:5432/app", "postgresql+asyncpg"),
-        ("postgresql+asyncpg://u:p@127.0.0.1/app", "postgresql+asyncpg"),
-        ("postgresql+psycopg2://u:p@127.0.0.1/app", "postgresql+asyncpg"),
-        ("sqlite:///relative.db", "sqlite+aiosqlite"),
-        ("sqlite:////var/lib/authgate/absolute.db", "sqlite+aiosqlite"),
+        "short",
+        "a" * 64,  # long, one character
+        "changeme-changeme-changeme-changeme",  # long, eight different characters
+        "0123456789" * 2,  # varied but short
     ],
 )
-def test_database_url_maps_to_async_drivers(given: str, driver: str) -> None:
-    url = database_url(AuthConfig(database_url=given))
-    assert url.drivername == driver
-
-
-def test_postgres_url_keeps_its_parts() -> None:
-    url = database_url(AuthConfig(database_url="postgres://u:p@127.0.0.1:5433/app?sslmode=require"))
-    assert (url.username, url.password, url.host, url.port, url.database) == (
-        "u",
-        "p",
-        "127.0.0.1",
-        5433,
-        "app",
-    )
-    assert url.query.get("ssl") == "require"
-    assert "sslmode" not in url.query
-
-
-def test_sqlite_url_keeps_its_path() -> None:
-    url = database_url(AuthConfig(database_url="sqlite:////var/lib/authgate/absolute.db"))
-    assert url.database == "/var/lib/authgate/absolute.db"
-
-
-def test_no_database_url_is_the_embedded_sqlite_file(tmp_path: Path) -> None:
-    config = AuthConfig(data_dir=tmp_path / "dd")
-    url = database_url(config)
-    assert url.drivername == "sqlite+aiosqlite"
-    assert url.database == str((tmp_path / "dd" / "authgate.sqlite3").resolve())
-    assert (tmp_path / "dd").is_dir()
+def test_weak_secret_keys_are_refused_without_quoting_them(key: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        AuthConfig(secret_key=key)
+    assert key not in str(info.value)
 
 
 @pytest.mark.parametrize(
-    "given",
-    ["mysql://u:p@127.0.0.1/app", "mysql+aiomysql://u:p@127.0.0.1/app", "oracle://u:p@h/x"],
+    ("field", "value"),
+    [
+        ("login_limit_per_ip", "lots"),
+        ("cors_origins", "*"),
+        ("cors_origins", "example.com"),
+        ("trusted_proxies", "10.0.0.0/33"),
+    ],
 )
-def test_other_databases_are_refused(given: str) -> None:
-    with pytest.raises(ValueError, match="unsupported DATABASE_URL") as caught:
-        database_url(AuthConfig(database_url=given))
-    assert ":p@" not in str(caught.value)
+def test_bad_settings_are_refused(field: str, value: str) -> None:
+    with pytest.raises(ValidationError):
+        AuthConfig(**{field: value})
+
+
+def test_previous_keys_must_be_long_enough() -> None:
+    with pytest.raises(ValidationError) as info:
+        AuthConfig(secret_key=SECRET, secret_key_previous="short")
+    assert "short" not in str(info.value)
+
+
+def test_mapped_trusted_proxy_entries_are_ipv4() -> None:
+    config = AuthConfig(trusted_proxies="::ffff:10.0.0.0/104, 10.1.2.3, ::1")
+    assert config.trusted_networks() == (
+        ip_network("10.0.0.0/8"),
+        ip_network("10.1.2.3/32"),
+        ip_network("::1/128"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "database_url", "enabled"),
+    [
+        (None, None, True),
+        (None, "postgresql://db/app", False),
+        ("on", "postgresql://db/app", True),
+        ("off", None, False),
+        ("true", None, True),
+    ],
+)
+def test_docs_setting(
+    monkeypatch: pytest.MonkeyPatch, env: str | None, database_url: str | None, enabled: bool
+) -> None:
+    for name in ("AUTHGATE_DOCS", "DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    if env is not None:
+        monkeypatch.setenv("AUTHGATE_DOCS", env)
+    if database_url is not None:
+        monkeypatch.setenv("DATABASE_URL", database_url)
+    assert AuthConfig(secret_key=TEST_SECRET).docs_enabled is enabled

@@ -19,7 +19,7 @@ from authgate import AuthConfig
 from authgate.config import ConfigError
 from authgate.tokens.jwks import GENERATED_KEY_FILE, load_signing_keys
 from authgate.tokens.keys import Keys, TokenError
-from tests.conftest import TEST_SECRET, AppFactory, Backend, bearer, login, register
+from tests.conftest import TEST_SECRET
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 SID = "b" * 32
@@ -50,35 +50,6 @@ def _keys(tmp_path: Path, algorithm: str, **extra: object) -> Keys:
 
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-@pytest.mark.parametrize("algorithm", ["EdDSA", "ES256"])
-async def test_tokens_verify_offline_with_the_published_jwks(
-    make_client: AppFactory, backend: Backend, algorithm: str
-) -> None:
-    key_file = _write_key(backend.data_dir.parent / "signing.pem", algorithm)
-    async with make_client(jwt_algorithm=algorithm, jwt_private_key_file=key_file) as client:
-        await register(client)
-        tokens = await login(client)
-        jwks = (await client.get("/.well-known/jwks.json")).json()
-        client.cookies.clear()
-        assert (
-            await client.get("/auth/me", headers=bearer(tokens["access_token"]))
-        ).status_code == 200
-    header = jwt.get_unverified_header(tokens["access_token"])
-    assert header["alg"] == algorithm
-    (jwk,) = jwks["keys"]
-    assert jwk["kid"] == header["kid"]
-    assert "d" not in jwk  # never the private half
-    # Another service, with nothing but the JWKS:
-    claims = jwt.decode(
-        tokens["access_token"],
-        jwt.PyJWK(jwk).key,
-        algorithms=[algorithm],
-        audience="authgate",
-        issuer="authgate",
-    )
-    assert claims["sub"] == "1"
 
 
 def test_embedded_setup_generates_one_key(tmp_path: Path) -> None:
