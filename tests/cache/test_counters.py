@@ -15,7 +15,7 @@ from authgate.app import AuthGate
 from authgate.cache.counters import RedisCounters
 from authgate.store.limits import SqlCounters
 from authgate.store.models import RateLimitCounter
-from tests.conftest import Backend, FakeClock, make_config
+from tests.helpers import Backend, FakeClock, make_config
 
 
 @contextlib.asynccontextmanager

@@ -6,97 +6,61 @@ trusted."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import secrets
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import redis.asyncio as aioredis
-from fastapi import FastAPI
 
-from authgate import create_app
 from authgate.app import AuthGate
 from authgate.cache.invalidation import SUBSCRIBER_NAME
-from authgate.cache.local import LocalState
 from authgate.cache.state import StateCache
 from authgate.cache.sweep import SWEEP_LEASE
-from authgate.principal import Principal
 from authgate.store.sessions import SessionStore
 from authgate.store.users import UserStore
-from tests.conftest import (
+from tests.helpers import (
+    REDIS_HOST,
+    REDIS_PORT,
     REDIS_URL,
     Backend,
     FakeClock,
+    Forwarder,
     PgTemplate,
     bearer,
     clean_env,
     delete_redis_prefix,
+    gate_and_app,
     login,
     make_config,
     postgres_backend,
+    principal,
     register,
     require_backend,
     running,
+    state_cache,
+    wait_live,
+    warm,
 )
 
-
-def _app(backend: Backend, clock: FakeClock, **overrides: object) -> tuple[AuthGate, FastAPI]:
-    app = create_app(make_config(backend, **overrides), clock=clock)
-    return app.state.authgate, app
-
-
-def _state_cache(gate: AuthGate) -> StateCache:
-    """The gate's session-state tiers, which are Redis-backed in these tests."""
-    states = gate.services.session_states
-    assert isinstance(states, StateCache)
-    return states
-
-
 # --- the per-worker copy and its invalidation --------------------------------------------
-
-
-async def _wait_live(*gates: AuthGate) -> None:
-    """Until every gate's invalidation subscription is confirmed (bounded)."""
-    for _ in range(200):
-        if all(_state_cache(g).local.live for g in gates):
-            return
-        await asyncio.sleep(0.025)
-    raise AssertionError("the invalidation subscription did not come up within 5 s")
-
-
-async def _warm(
-    gate: AuthGate, client: httpx.AsyncClient, clock: FakeClock
-) -> tuple[dict[str, str], dict[str, str], str, int, LocalState]:
-    """Register and log in through `client`, then GET /me once so the worker's copy holds the
-    session: (tokens, bearer header, session id, user id, that copy)."""
-    await _wait_live(gate)
-    await register(client)
-    tokens = await login(client)
-    client.cookies.clear()
-    auth = bearer(tokens["access_token"])
-    claims = gate.services.keys.verify_access(tokens["access_token"], now=clock())
-    assert (await client.get("/auth/me", headers=auth)).status_code == 200
-    local = _state_cache(gate).local
-    assert local.get(claims.session_id, claims.user_id) is not None
-    return tokens, auth, claims.session_id, claims.user_id, local
 
 
 async def test_two_workers_copies_are_invalidated_before_logout_answers(
     pg_backend: Backend, clock: FakeClock
 ) -> None:
     # Two applications on one database and Redis prefix: two workers.
-    gate_a, app_a = _app(pg_backend, clock)
-    gate_b, app_b = _app(pg_backend, clock)
+    gate_a, app_a = gate_and_app(pg_backend, clock)
+    gate_b, app_b = gate_and_app(pg_backend, clock)
     async with running(app_a) as a, running(app_b) as b:
-        await _wait_live(gate_b)
-        tokens, auth, sid, uid, local_a = await _warm(gate_a, a, clock)
+        await wait_live(gate_b)
+        tokens, auth, sid, uid, local_a = await warm(gate_a, a, clock)
         assert (await b.get("/auth/me", headers=auth)).status_code == 200
 
         # The copy answers on its own: Redis emptied, the database untouched.
@@ -114,11 +78,11 @@ async def test_two_workers_copies_are_invalidated_before_logout_answers(
 async def test_deactivation_elsewhere_reaches_a_warm_copy_at_once(
     pg_backend: Backend, clock: FakeClock
 ) -> None:
-    gate_a, app_a = _app(pg_backend, clock)
+    gate_a, app_a = gate_and_app(pg_backend, clock)
     # The operator's side: no lifespan, no subscription (like `authgate users deactivate`).
     operator = AuthGate(make_config(pg_backend), clock=clock)
     async with running(app_a) as a:
-        _tokens, auth, sid, uid, local_a = await _warm(gate_a, a, clock)
+        _tokens, auth, sid, uid, local_a = await warm(gate_a, a, clock)
         try:
             # A flag change (as confirm_verification makes it) drops the cached user...
             async with operator.services.db.write() as s:
@@ -140,9 +104,9 @@ async def test_deactivation_elsewhere_reaches_a_warm_copy_at_once(
 async def test_lost_subscription_clears_the_copy_until_it_is_back(
     pg_backend: Backend, clock: FakeClock
 ) -> None:
-    gate, app = _app(pg_backend, clock)
+    gate, app = gate_and_app(pg_backend, clock)
     async with running(app) as client:
-        _tokens, auth, sid, uid, local = await _warm(gate, client, clock)
+        _tokens, auth, sid, uid, local = await warm(gate, client, clock)
         generation = local.generation
 
         # Redis drops the subscriber (as on a restart or a full output buffer).
@@ -184,116 +148,7 @@ async def test_a_receiver_that_never_confirms_delays_a_revocation_only_boundedly
         await client.aclose()
 
 
-class _Monotonic:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def _user(user_id: int = 7) -> Principal:
-    now = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
-    return Principal(
-        id=user_id,
-        email="ann@example.com",
-        is_active=True,
-        is_superuser=False,
-        email_verified=False,
-        created_at=now,
-        updated_at=now,
-    )
-
-
 # --- durable invalidation: retries and the database sweep (F3) ---------------------------
-
-
-class _Forwarder:
-    """A real TCP forwarder on loopback to Redis: shut it and the app behind it loses Redis
-    (connections aborted, new ones refused); reopen it on the same port and Redis is back.
-
-    With `lag`, every byte Redis sends on a *subscription* connection (one that sent
-    SUBSCRIBE) reaches the client `lag` seconds late, in order: a lagging subscription."""
-
-    def __init__(self, lag: float = 0.0) -> None:
-        host_port = REDIS_URL.split("://", 1)[1].split("/", 1)[0]
-        host, _, port = host_port.rpartition(":")
-        self.target = (host or "127.0.0.1", int(port or 6379))
-        self.lag = lag
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._delayed: set[asyncio.TimerHandle] = set()
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    async def open(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def shut(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-        for handle in self._delayed:
-            handle.cancel()
-        self._delayed.clear()
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.transport.abort()
-            return
-        self._writers.update((writer, up_writer))
-        subscribed = False
-        loop = asyncio.get_running_loop()
-
-        async def upstream() -> None:
-            nonlocal subscribed
-            try:
-                while data := await reader.read(65536):
-                    subscribed = subscribed or b"SUBSCRIBE" in data.upper()
-                    up_writer.write(data)
-                    await up_writer.drain()
-            except (OSError, asyncio.CancelledError):
-                pass
-            finally:
-                up_writer.transport.abort()
-
-        def later(callback: Callable[[], None]) -> None:
-            def run() -> None:
-                self._delayed.discard(handle)
-                if not writer.transport.is_closing():
-                    callback()
-
-            handle = loop.call_later(self.lag, run)
-            self._delayed.add(handle)
-
-        async def downstream() -> None:
-            try:
-                while data := await up_reader.read(65536):
-                    if subscribed and self.lag:
-                        later(functools.partial(writer.write, data))
-                    else:
-                        writer.write(data)
-                        await writer.drain()
-            except (OSError, asyncio.CancelledError):
-                pass
-            finally:
-                if subscribed and self.lag:
-                    later(writer.transport.abort)  # the close arrives late too
-                else:
-                    writer.transport.abort()
-
-        await asyncio.gather(upstream(), downstream())
-        self._writers.discard(up_writer)  # `writer` stays until closed (shut() aborts it)
 
 
 async def _until_status(
@@ -315,16 +170,16 @@ async def test_logout_that_cannot_reach_redis_still_reaches_other_workers(
     """A worker cut off from Redis revokes: the other worker's warm copy and the Redis entry
     it fills from are corrected by its database sweep within SWEEP_LEASE, and the cut-off
     worker's retry queue re-sends the tombstone once Redis is back."""
-    forwarder = _Forwarder()
+    forwarder = Forwarder(REDIS_HOST, REDIS_PORT)
     await forwarder.open()
     prefix = pg_backend.settings["cache_prefix"]
-    gate_a, app_a = _app(pg_backend, clock, cache_url=forwarder.url)
-    gate_b, app_b = _app(pg_backend, clock)
+    gate_a, app_a = gate_and_app(pg_backend, clock, cache_url=forwarder.redis_url)
+    gate_b, app_b = gate_and_app(pg_backend, clock)
     admin = aioredis.Redis.from_url(REDIS_URL)
     try:
         async with running(app_a) as a, running(app_b) as b:
-            await _wait_live(gate_a)
-            tokens, auth, sid, uid, local_b = await _warm(gate_b, b, clock)
+            await wait_live(gate_a)
+            tokens, auth, sid, uid, local_b = await warm(gate_b, b, clock)
             assert await admin.get(f"{prefix}session:{sid}") != b"revoked"  # a live entry
 
             await forwarder.shut()  # A loses Redis; B keeps it
@@ -332,7 +187,7 @@ async def test_logout_that_cannot_reach_redis_still_reaches_other_workers(
                 out = await a.post("/auth/logout", json={"refresh_token": tokens["refresh_token"]})
             assert out.status_code == 200
             assert "could not record 1 revocation(s)" in caplog.text
-            cache_a = _state_cache(gate_a)
+            cache_a = state_cache(gate_a)
             assert cache_a.pending == 1
 
             # B heard nothing over Redis, but finds the revocation in the database.
@@ -341,12 +196,12 @@ async def test_logout_that_cannot_reach_redis_still_reaches_other_workers(
             assert local_b.get(sid, uid) is None
             assert await admin.get(f"{prefix}session:{sid}") == b"revoked"
             # A worker that reads Redis is refused too (the entry was overwritten).
-            _gate_c, app_c = _app(pg_backend, clock)
+            _gate_c, app_c = gate_and_app(pg_backend, clock)
             async with running(app_c) as c:
                 assert (await c.get("/auth/me", headers=auth)).status_code == 401
 
             # Nothing changed since: B's sweeps drop nothing more (no work when idle).
-            cache_b = _state_cache(gate_b)
+            cache_b = state_cache(gate_b)
             generation = local_b.generation
             assert await cache_b.maintain_once()
             assert await cache_b.maintain_once()
@@ -372,9 +227,9 @@ async def test_failed_invalidation_is_retried_until_redis_takes_it(
     """The retry queue on its own (no database sweep): the tombstone is written and the
     revocation published to the other workers once Redis is reachable again."""
     prefix = pg_backend.settings["cache_prefix"]
-    forwarder = _Forwarder()
+    forwarder = Forwarder(REDIS_HOST, REDIS_PORT)
     await forwarder.open()
-    client = aioredis.Redis.from_url(forwarder.url)
+    client = aioredis.Redis.from_url(forwarder.redis_url)
     admin = aioredis.Redis.from_url(REDIS_URL)
     cache = StateCache(client, prefix=prefix, op_timeout=0.5)
     listener = admin.pubsub()
@@ -450,10 +305,10 @@ async def test_operator_deactivation_without_a_cache_reaches_a_warm_copy(
 ) -> None:
     """`authgate users deactivate` run with DATABASE_URL but no CACHE_URL: it warns, and a
     worker whose copy holds the session refuses it within its sweep bound."""
-    gate, app = _app(redis_backend, clock)
-    cache = _state_cache(gate)
+    gate, app = gate_and_app(redis_backend, clock)
+    cache = state_cache(gate)
     async with running(app) as client:
-        _tokens, auth, sid, uid, local = await _warm(gate, client, clock)
+        _tokens, auth, sid, uid, local = await warm(gate, client, clock)
         # The registration itself is a user change the sweeps pass on: let it settle, then
         # warm the copy again, so that only the deactivation can take the session out of it.
         assert await cache.maintain_once()
@@ -502,8 +357,8 @@ async def test_copy_is_not_trusted_after_a_resubscribe_until_the_replay_complete
 ) -> None:
     """A revocation committed while the subscription was down (and never published) is
     replayed from the database before the copy is used again."""
-    gate, app = _app(pg_backend, clock)
-    cache = _state_cache(gate)
+    gate, app = gate_and_app(pg_backend, clock)
+    cache = state_cache(gate)
     changes = cache.sweeper.changes
     assert changes is not None
     held = asyncio.Event()
@@ -517,7 +372,7 @@ async def test_copy_is_not_trusted_after_a_resubscribe_until_the_replay_complete
         return await real_since(since)
 
     async with running(app) as client:
-        _tokens, auth, sid, _uid, local = await _warm(gate, client, clock)
+        _tokens, auth, sid, _uid, local = await warm(gate, client, clock)
         admin = aioredis.Redis.from_url(REDIS_URL)
         try:
             changes.since = gated_since  # type: ignore[method-assign]
@@ -534,7 +389,7 @@ async def test_copy_is_not_trusted_after_a_resubscribe_until_the_replay_complete
                 assert not local.live
                 await asyncio.sleep(0.05)
             release.set()
-            await _wait_live(gate)
+            await wait_live(gate)
             assert (await client.get("/auth/me", headers=auth)).status_code == 401
         finally:
             release.set()
@@ -546,13 +401,13 @@ async def test_a_lagging_subscription_does_not_keep_a_copy_live(
 ) -> None:
     """Worker A's subscription delivers everything 3 s late (pongs included): A must not
     serve from its copy, so a logout on B is refused on A as soon as it answers."""
-    forwarder = _Forwarder(lag=3.0)
+    forwarder = Forwarder(REDIS_HOST, REDIS_PORT, lag=3.0)
     await forwarder.open()
-    _gate_a, app_a = _app(pg_backend, clock, cache_url=forwarder.url)
-    gate_b, app_b = _app(pg_backend, clock)
+    _gate_a, app_a = gate_and_app(pg_backend, clock, cache_url=forwarder.redis_url)
+    gate_b, app_b = gate_and_app(pg_backend, clock)
     try:
         async with running(app_a) as a, running(app_b) as b:
-            await _wait_live(gate_b)
+            await wait_live(gate_b)
             await register(b)
             tokens = await login(b)
             b.cookies.clear()
@@ -591,7 +446,7 @@ async def test_deployments_on_different_redis_databases_do_not_hear_each_other(
         else:
             raise AssertionError("the subscriptions did not come up within 5 s")
         for cache in (cache0, cache1):
-            cache.local.put(cache.local.generation, sid, _user(), None)
+            cache.local.put(cache.local.generation, sid, principal(), None)
             assert cache.local.get(sid, 7) is not None
         await cache0.revoke([sid])
         assert cache0.local.get(sid, 7) is None

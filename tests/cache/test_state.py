@@ -11,24 +11,27 @@ import redis.asyncio as aioredis
 from authgate.cache.state import StateCache
 from authgate.principal import SessionState
 from authgate.store.users import UserStore
-from tests.cache.test_invalidation import _app, _state_cache, _user, _wait_live
-from tests.conftest import (
+from tests.helpers import (
     REDIS_URL,
     Backend,
     FakeClock,
     bearer,
     delete_redis_prefix,
+    gate_and_app,
     login,
+    principal,
     register,
     running,
+    state_cache,
+    wait_live,
 )
 
 
 async def test_cache_is_used_and_revocation_wins_over_a_stale_fill(
     pg_backend: Backend, clock: FakeClock
 ) -> None:
-    gate, app = _app(pg_backend, clock)
-    cache = _state_cache(gate)
+    gate, app = gate_and_app(pg_backend, clock)
+    cache = state_cache(gate)
     async with running(app) as client:
         await register(client)
         tokens = await login(client)
@@ -52,7 +55,7 @@ async def test_cache_is_used_and_revocation_wins_over_a_stale_fill(
 async def test_redis_emptied_does_not_revive_a_revoked_session(
     pg_backend: Backend, clock: FakeClock
 ) -> None:
-    _gate, app = _app(pg_backend, clock)
+    _gate, app = gate_and_app(pg_backend, clock)
     async with running(app) as client:
         await register(client)
         tokens = await login(client)
@@ -66,7 +69,7 @@ async def test_redis_emptied_does_not_revive_a_revoked_session(
 async def test_user_changes_reach_cached_users_at_once(
     pg_backend: Backend, clock: FakeClock
 ) -> None:
-    gate, app = _app(pg_backend, clock)
+    gate, app = gate_and_app(pg_backend, clock)
     async with running(app) as client:
         user = await register(client)
         tokens = await login(client)
@@ -94,7 +97,9 @@ async def test_unreachable_cache_falls_back_to_the_database(
     pg_backend: Backend, clock: FakeClock
 ) -> None:
     # Rate limits off, so the state cache is the only user of the closed Redis port.
-    _gate, app = _app(pg_backend, clock, cache_url="redis://127.0.0.1:1/0", rate_limits=False)
+    _gate, app = gate_and_app(
+        pg_backend, clock, cache_url="redis://127.0.0.1:1/0", rate_limits=False
+    )
     async with running(app) as client:
         await register(client)
         tokens = await login(client)
@@ -111,10 +116,10 @@ async def test_every_tier_answers_get_me_with_the_same_bytes(
 ) -> None:
     """The database, Redis and the worker's copy each answer GET /me, byte for byte alike,
     and the Redis entry rebuilds the principal faithfully (`updated_at` included)."""
-    gate, app = _app(pg_backend, clock)
-    cache = _state_cache(gate)
+    gate, app = gate_and_app(pg_backend, clock)
+    cache = state_cache(gate)
     async with running(app) as client:
-        await _wait_live(gate)
+        await wait_live(gate)
         await register(client)
         tokens = await login(client)
         client.cookies.clear()
@@ -162,11 +167,11 @@ async def test_a_user_entry_without_updated_at_is_a_miss(pg_backend: Backend) ->
 
         async def load(session_id: str, user_id: int) -> SessionState | None:
             loads.append(session_id)
-            return SessionState(_user(user_id), False, None)
+            return SessionState(principal(user_id), False, None)
 
         state = await cache.lookup(sid, 7, load=load)
         assert state is not None
-        assert state.principal == _user(7)
+        assert state.principal == principal(7)
         assert loads == [sid]
     finally:
         await client.delete(f"{prefix}session:{sid}", f"{prefix}user:7")

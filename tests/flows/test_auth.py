@@ -19,95 +19,47 @@ from authgate.factors.hashing import PasswordHashing
 from authgate.store.models import RefreshToken, Session, User
 from authgate.store.users import UserStore
 from authgate.tokens.keys import Keys, new_session_id
-from tests.conftest import (
+from tests.helpers import (
+    ANN,
+    COOKIE_NAMES,
+    FULLWIDTH_SAM,
+    LONG_S_SAM,
+    NEW_PASSWORD,
+    OTHER_PASSWORD,
     PASSWORD,
     TEST_SECRET,
     AppFactory,
     Backend,
     FakeClock,
     Outbox,
+    assert_error,
+    assert_token_response,
+    b64json,
     bearer,
+    cookie_value,
+    fresh_session,
     login,
+    login_status,
+    make_app,
     make_config,
+    post_json,
+    post_with_cookies,
+    refresh,
     register,
     running,
+    set_cookies,
+    sign,
+    user_id,
 )
-from tests.unit.tokens.test_keys import b64json, sign
 
-COOKIE_NAMES = {"svc_access_token", "svc_refresh_token", "svc_csrf_token"}
-ANN = "ann@example.com"
-NEW_PASSWORD = "a brand new passphrase"
 #: Far cheaper than today's parameters: a login with it re-hashes the password.
 OUTDATED = PasswordHasher(time_cost=1, memory_cost=4096, parallelism=1)
-FULLWIDTH_SAM = "\uff53am@example.com"  # "sam" with a fullwidth s
-LONG_S_SAM = "\u017fam@example.com"  # "sam" with a long s
 #: NFKC turns each U+FDFA into 18 characters: a 372-character key (issue 10, F11).
 OVERFLOWING = "\ufdfa" * 20 + "@example.com"
-OTHER_PASSWORD = "another good passphrase"
 OLD_SECRET = "old-secret-key-that-is-long-enough-0123456789"
 NEW_SECRET = "new-secret-key-that-is-long-enough-9876543210"
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def assert_error(response: httpx.Response, status: int, code: str | None = None) -> None:
-    """An error answer: the status, `{"detail": str, "code": str}`, and for 401 the challenge."""
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"detail", "code"}, body
-    assert isinstance(body["detail"], str)
-    assert isinstance(body["code"], str)
-    if code is not None:
-        assert body["code"] == code, body
-    if status == 401:
-        assert response.headers["www-authenticate"] == "Bearer"
-
-
-def set_cookies(response: httpx.Response) -> dict[str, str]:
-    """The response's Set-Cookie headers keyed by cookie name (whole header value)."""
-    return {c.split("=", 1)[0]: c for c in response.headers.get_list("set-cookie")}
-
-
-def cookie_value(set_cookie: str) -> str:
-    return set_cookie.split(";", 1)[0].split("=", 1)[1]
-
-
-def assert_token_response(response: httpx.Response) -> dict[str, Any]:
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    assert set(body) == {"access_token", "refresh_token", "token_type"}
-    assert body["token_type"] == "bearer"
-    assert isinstance(body["access_token"], str)
-    assert body["access_token"]
-    assert isinstance(body["refresh_token"], str)
-    assert body["refresh_token"]
-    cookies = set_cookies(response)
-    assert set(cookies) == COOKIE_NAMES
-    assert cookie_value(cookies["svc_access_token"]) == body["access_token"]
-    assert cookie_value(cookies["svc_refresh_token"]) == body["refresh_token"]
-    assert cookie_value(cookies["svc_csrf_token"])
-    return body
-
-
-async def refresh(client: httpx.AsyncClient, token: str) -> httpx.Response:
-    """Refresh with the token in the JSON body (no CSRF header needed)."""
-    return await client.post("/auth/refresh", json={"refresh_token": token})
-
-
-async def post_with_cookies(
-    client: httpx.AsyncClient,
-    path: str,
-    cookies: dict[str, str],
-    headers: dict[str, str] | None = None,
-) -> httpx.Response:
-    """POST with exactly these cookies (the jar is emptied first, and afterwards)."""
-    client.cookies.clear()
-    cookie_header = "; ".join(f"{k}={v}" for k, v in cookies.items())
-    all_headers = {**(headers or {}), **({"Cookie": cookie_header} if cookies else {})}
-    try:
-        return await client.post(path, headers=all_headers)
-    finally:
-        client.cookies.clear()
 
 
 async def me_status(client: httpx.AsyncClient, access_token: str) -> int:
@@ -116,20 +68,6 @@ async def me_status(client: httpx.AsyncClient, access_token: str) -> int:
     if response.status_code == 401:
         assert_error(response, 401)
     return response.status_code
-
-
-async def fresh_session(
-    client: httpx.AsyncClient, email: str = "ann@example.com"
-) -> tuple[dict[str, Any], str]:
-    """Log in; (token body, csrf cookie value). The jar is left empty."""
-    client.cookies.clear()
-    response = await client.post(
-        "/auth/login", json={"email": email, "password": "correct horse battery"}
-    )
-    body = assert_token_response(response)
-    csrf = cookie_value(set_cookies(response)["svc_csrf_token"])
-    client.cookies.clear()
-    return body, csrf
 
 
 # --- register, login, GET /me -----------------------------------------------------------
@@ -248,7 +186,7 @@ async def test_cookie_settings_follow_configuration(make_client: AppFactory) -> 
 async def test_login_failures_are_indistinguishable(client: httpx.AsyncClient) -> None:
     await register(client)
     await register(client, "off@example.com")
-    from tests.conftest import TEST_SECRET  # noqa: F401 - same app, same secret
+    from tests.helpers import TEST_SECRET  # noqa: F401 - same app, same secret
 
     async with asyncio.timeout(30):
         wrong_password = await client.post(
@@ -344,7 +282,7 @@ async def test_refresh_token_is_not_an_access_token(client: httpx.AsyncClient) -
 
 
 async def test_access_token_expires(make_client: AppFactory, clock: object) -> None:
-    from tests.conftest import FakeClock
+    from tests.helpers import FakeClock
 
     assert isinstance(clock, FakeClock)
     async with make_client(access_ttl=60) as client:
@@ -441,31 +379,20 @@ async def test_look_alike_addresses_are_one_account(client: httpx.AsyncClient) -
 # --- the email key (issue 10, F11 and F12; its properties: unit/factors/test_emails.py) ---
 
 
-async def post(client: httpx.AsyncClient, path: str, body: dict[str, str]) -> httpx.Response:
-    client.cookies.clear()
-    return await client.post(path, json=body)
-
-
-async def user_id(client: httpx.AsyncClient, email: str, password: str = PASSWORD) -> int:
-    tokens = await login(client, email, password)
-    me = await client.get("/auth/me", headers=bearer(tokens["access_token"]))
-    assert me.status_code == 200, me.text
-    client.cookies.clear()
-    return int(me.json()["id"])
-
-
 async def test_an_address_that_nfkc_expands_past_the_column_is_a_clean_4xx(
     make_client: AppFactory, outbox: Outbox
 ) -> None:
     async with make_client(password_reset_send_fn=outbox) as client:
-        response = await post(
+        response = await post_json(
             client, "/auth/register", {"email": OVERFLOWING, "password": PASSWORD}
         )
         assert response.status_code == 422, response.text
         assert "compatibility characters" in response.text
-        response = await post(client, "/auth/login", {"email": OVERFLOWING, "password": PASSWORD})
+        response = await post_json(
+            client, "/auth/login", {"email": OVERFLOWING, "password": PASSWORD}
+        )
         assert response.status_code == 401, response.text
-        response = await post(client, "/auth/password-reset", {"email": OVERFLOWING})
+        response = await post_json(client, "/auth/password-reset", {"email": OVERFLOWING})
         assert response.status_code == 200, response.text
         # The service is whole afterwards: an ordinary account registers and logs in.
         await register(client, "after@example.com")
@@ -478,24 +405,28 @@ async def test_look_alikes_of_an_address_are_refused_at_registration(
     client: httpx.AsyncClient, look_alike: str
 ) -> None:
     # Before anyone has the address (the squatter's move) and after.
-    response = await post(client, "/auth/register", {"email": look_alike, "password": PASSWORD})
+    response = await post_json(
+        client, "/auth/register", {"email": look_alike, "password": PASSWORD}
+    )
     assert response.status_code == 422, response.text
     assert "compatibility characters" in response.text
     await register(client, "sam@example.com")
-    response = await post(client, "/auth/register", {"email": look_alike, "password": PASSWORD})
+    response = await post_json(
+        client, "/auth/register", {"email": look_alike, "password": PASSWORD}
+    )
     assert response.status_code == 422, response.text
     # ...and a look-alike does not log into the real account either.
-    response = await post(client, "/auth/login", {"email": look_alike, "password": PASSWORD})
+    response = await post_json(client, "/auth/login", {"email": look_alike, "password": PASSWORD})
     assert response.status_code == 401, response.text
 
 
 async def test_addresses_differing_in_case_are_one_account(client: httpx.AsyncClient) -> None:
     await register(client, "sam@example.com")
-    response = await post(
+    response = await post_json(
         client, "/auth/register", {"email": "SAM@example.com", "password": OTHER_PASSWORD}
     )
     assert response.status_code == 409, response.text
-    response = await post(
+    response = await post_json(
         client, "/auth/register", {"email": "Sam@EXAMPLE.COM", "password": OTHER_PASSWORD}
     )
     assert response.status_code == 409, response.text
@@ -579,18 +510,6 @@ async def live_sessions(app: Any) -> int:
             select(func.count()).select_from(Session).where(Session.revoked_at.is_(None))
         )
     return int(count or 0)
-
-
-async def login_status(client: httpx.AsyncClient, password: str) -> int:
-    response = await client.post("/auth/login", json={"email": ANN, "password": password})
-    return response.status_code
-
-
-def make_app(backend: Backend, clock: FakeClock, outbox: list[str], **overrides: Any) -> Any:
-    async def send(_email: str, token: str) -> None:
-        outbox.append(token)
-
-    return create_app(make_config(backend, password_reset_send_fn=send, **overrides), clock=clock)
 
 
 async def test_login_rehash_never_undoes_a_reset(backend: Backend, clock: FakeClock) -> None:

@@ -15,7 +15,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import Route
 
 from authgate import create_app
-from tests.conftest import AppFactory, Backend, make_config, running
+from tests.helpers import AppFactory, Backend, make_config, running
 
 INTERFACE_PATHS = {
     "/auth/register": "post",

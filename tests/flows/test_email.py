@@ -20,20 +20,24 @@ import httpx
 import pytest
 
 from authgate import create_app
-from tests.conftest import (
+from tests.helpers import (
+    OTHER_PASSWORD,
     PASSWORD,
     AppFactory,
     Backend,
     FakeClock,
     Outbox,
     SmtpSink,
+    assert_error,
     bearer,
     login,
+    login_status,
     make_config,
+    post_json,
     register,
     running,
+    user_id,
 )
-from tests.flows.test_auth import OTHER_PASSWORD, post, user_id
 
 ANN = "ann@example.com"
 NEW_PASSWORD = "a brand new passphrase"
@@ -84,12 +88,6 @@ async def confirm_verification(client: httpx.AsyncClient, token: str) -> httpx.R
     return await client.post("/auth/email-verification/confirm", json={"token": token})
 
 
-async def login_status(client: httpx.AsyncClient, password: str, email: str = ANN) -> int:
-    response = await client.post("/auth/login", json={"email": email, "password": password})
-    client.cookies.clear()
-    return response.status_code
-
-
 async def bearer_session(
     client: httpx.AsyncClient, email: str = ANN, password: str = PASSWORD
 ) -> dict[str, Any]:
@@ -104,14 +102,6 @@ def assert_message(response: httpx.Response) -> None:
     body = response.json()
     assert isinstance(body.get("message"), str)
     assert body["message"]
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> None:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"detail", "code"}
-    assert isinstance(body["detail"], str)
-    assert body["code"] == code
 
 
 def links_in(msg: EmailMessage) -> tuple[str, str]:
@@ -691,24 +681,28 @@ async def test_sharp_s_and_ss_domains_are_two_accounts_and_reset_mail_stays_apar
         await register(client, owner)  # the owner can still register
         assert await user_id(client, owner) != await user_id(client, squatter, OTHER_PASSWORD)
         # Each address logs into its own account only.
-        response = await post(client, "/auth/login", {"email": owner, "password": OTHER_PASSWORD})
+        response = await post_json(
+            client, "/auth/login", {"email": owner, "password": OTHER_PASSWORD}
+        )
         assert response.status_code == 401
-        response = await post(client, "/auth/login", {"email": squatter, "password": PASSWORD})
+        response = await post_json(client, "/auth/login", {"email": squatter, "password": PASSWORD})
         assert response.status_code == 401
         # The IDNA (ASCII) spelling of a domain is the same domain.
         await login(client, "victim@xn--strae-oqa.de", OTHER_PASSWORD)
         await login(client, "VICTIM@STRASSE.DE")
 
-        assert (await post(client, "/auth/password-reset", {"email": owner})).status_code == 200
+        assert (
+            await post_json(client, "/auth/password-reset", {"email": owner})
+        ).status_code == 200
         (sent,) = await outbox.wait_for(1)
         assert sent[0] == owner
-        response = await post(client, "/auth/password-reset", {"email": squatter})
+        response = await post_json(client, "/auth/password-reset", {"email": squatter})
         assert response.status_code == 200
         sent = (await outbox.wait_for(2))[1]
         assert sent[0] == squatter
         # The owner's reset changes the owner's password and nobody else's.
         new_password = "the owner's new passphrase"
-        response = await post(
+        response = await post_json(
             client,
             "/auth/password-reset/confirm",
             {"token": outbox.sent[0][1], "new_password": new_password},

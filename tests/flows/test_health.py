@@ -9,8 +9,7 @@ import httpx
 import jwt
 import pytest
 
-from tests.conftest import AppFactory, Backend, bearer, login, register
-from tests.unit.tokens.test_jwks import _write_key
+from tests.helpers import AppFactory, Backend, bearer, login, register, write_signing_key
 
 UNREACHABLE_CACHE = "redis://127.0.0.1:1/0"
 UNREACHABLE_DATABASE = "postgresql://postgres@127.0.0.1:1/x"
@@ -145,7 +144,7 @@ async def test_readiness_with_everything_unreachable_is_503(make_client: AppFact
 async def test_tokens_verify_offline_with_the_published_jwks(
     make_client: AppFactory, backend: Backend, algorithm: str
 ) -> None:
-    key_file = _write_key(backend.data_dir.parent / "signing.pem", algorithm)
+    key_file = write_signing_key(backend.data_dir.parent / "signing.pem", algorithm)
     async with make_client(jwt_algorithm=algorithm, jwt_private_key_file=key_file) as client:
         await register(client)
         tokens = await login(client)

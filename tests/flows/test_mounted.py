@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PASSWORD, TEST_SECRET, Backend, bearer, login, register, running
+from tests.helpers import PASSWORD, TEST_SECRET, Backend, bearer, login, register, running
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "mount_fastapi.py"
 

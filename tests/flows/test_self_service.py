@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from authgate import AuthGate, create_app
-from tests.conftest import (
+from tests.helpers import (
     PASSWORD,
     AppFactory,
     Backend,

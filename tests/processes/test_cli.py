@@ -24,10 +24,13 @@ from authgate import create_app
 from authgate.store.db import Database
 from authgate.store.migrations import VERSION_TABLE
 from authgate.store.models import Base, OneTimeToken, RefreshToken, Session, User
-from tests.conftest import (
+from tests.helpers import (
+    FULLWIDTH_SAM,
+    LONG_S_SAM,
     PASSWORD,
     Backend,
     Outbox,
+    authgate,
     bearer,
     clean_env,
     login,
@@ -35,29 +38,14 @@ from tests.conftest import (
     register,
     running,
 )
-from tests.flows.test_auth import FULLWIDTH_SAM, LONG_S_SAM
 
 pytestmark = pytest.mark.subprocess
-
-CLI_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
 class Cmd:
     args: tuple[str, ...]
     stdin: str = ""
-
-
-def authgate(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "authgate", *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
-        check=False,
-    )
 
 
 def run_cmd(cmd: Cmd, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import clean_env
-from tests.processes.test_cli import authgate
+from tests.helpers import authgate, clean_env
 
 pytestmark = pytest.mark.subprocess
 

@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from authgate.events import JsonFormatter, TextFormatter
-from tests.conftest import clean_env
+from tests.helpers import clean_env
 
 STARTUP_TIMEOUT = 30.0
 STOP_TIMEOUT = 20.0

@@ -6,12 +6,9 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import FastAPI
-from sqlalchemy import func, select
 
 from authgate import create_app
-from authgate.store.db import Database
-from authgate.store.models import User
-from tests.conftest import PASSWORD, Backend, FakeClock, make_config, register, running
+from tests.helpers import PASSWORD, Backend, FakeClock, count_users, make_config, register, running
 
 
 def _overloadable_app(backend: Backend, clock: FakeClock) -> FastAPI:
@@ -67,10 +64,4 @@ async def test_refused_registrations_store_nothing(backend: Backend, clock: Fake
         )
     codes = [r.status_code for r in responses]
     assert set(codes) == {201, 503}, codes
-    db = Database(make_config(backend))
-    try:
-        async with db.read() as s:
-            stored = await s.scalar(select(func.count()).select_from(User))
-    finally:
-        await db.dispose()
-    assert stored == codes.count(201)
+    assert await count_users(backend) == codes.count(201)

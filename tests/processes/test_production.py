@@ -7,13 +7,10 @@ test) they fail in CI when PostgreSQL or Redis cannot be reached.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +20,14 @@ from sqlalchemy import text
 
 from authgate import create_app
 from authgate.store.db import Database
-from tests.conftest import (
+from tests.helpers import (
     PASSWORD,
     PG_HOST,
     PG_PORT,
     REDIS_URL,
     TEST_SECRET,
     Backend,
+    Forwarder,
     PgTemplate,
     bearer,
     clean_env,
@@ -39,6 +37,7 @@ from tests.conftest import (
     register,
     require_backend,
     running,
+    serving,
 )
 
 
@@ -60,50 +59,11 @@ async def empty_pg_database() -> AsyncIterator[str]:
         await PgTemplate.drop(name)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@contextlib.contextmanager
-def serve(env: dict[str, str], *args: str) -> Iterator[str]:
-    port = _free_port()
-    log = Path(env["AUTHGATE_DATA_DIR"]).parent / f"serve-{port}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "authgate", "serve", "--port", str(port), *args],
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):  # at most ~30 s
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited: {log.read_text()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(base + "/health", timeout=1.0).status_code == 200:
-                    break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"server did not start: {log.read_text()}")
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-
 @pytest.mark.subprocess
 async def test_two_workers_concurrent_refresh_exactly_one_wins(pg_backend: Backend) -> None:
     env = clean_env({**pg_backend.env, "AUTHGATE_RATE_LIMITS": "off"})
-    with serve(env, "--workers", "2") as base:
+    with serving(env, pg_backend.data_dir.parent / "logs", "--workers", "2") as server:
+        base = server.url
         async with httpx.AsyncClient(base_url=base, timeout=20) as c:
             assert (
                 await c.post(
@@ -186,51 +146,6 @@ def test_concurrent_migrations_are_safe(
         "authgate_one_time_tokens",
         "authgate_alembic_version",
     } <= asyncio.run(tables())
-
-
-class Forwarder:
-    """A real TCP forwarder on loopback that can be shut and reopened on the same port,
-    standing in for a database or cache server that goes away and comes back."""
-
-    def __init__(self, target_host: str, target_port: int) -> None:
-        self.target = (target_host, target_port)
-        self.port = _free_port()
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def open(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
-
-    async def shut(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.transport.abort()
-            return
-        self._writers.update((writer, up_writer))
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            except (OSError, asyncio.CancelledError):
-                pass
-            finally:
-                dst.transport.abort()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        self._writers.discard(writer)
-        self._writers.discard(up_writer)
 
 
 async def _wait_status(

@@ -13,8 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import PASSWORD, Backend, clean_env
-from tests.processes.test_serve import Server, serving
+from tests.helpers import PASSWORD, Backend, Server, clean_env, serving
 
 pytestmark = pytest.mark.subprocess
 

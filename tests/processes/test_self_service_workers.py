@@ -9,8 +9,16 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import PASSWORD, TEST_SECRET, Backend, bearer, clean_env
-from tests.processes.test_serve import Server, register_and_login, serving
+from tests.helpers import (
+    PASSWORD,
+    TEST_SECRET,
+    Backend,
+    Server,
+    bearer,
+    clean_env,
+    register_and_login,
+    serving,
+)
 
 pytestmark = pytest.mark.subprocess
 

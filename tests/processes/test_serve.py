@@ -10,116 +10,33 @@ import asyncio
 import contextlib
 import os
 import re
-import signal
 import socket
 import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import PASSWORD, TEST_SECRET, Backend, SmtpSink, bearer, clean_env
-from tests.flows.test_auth import ANN, NEW_PASSWORD
+from tests.helpers import (
+    ANN,
+    CLI_TIMEOUT,
+    NEW_PASSWORD,
+    PASSWORD,
+    TEST_SECRET,
+    Backend,
+    Server,
+    SmtpSink,
+    bearer,
+    clean_env,
+    register_and_login,
+    serving,
+)
 
 pytestmark = pytest.mark.subprocess
-
-STARTUP_TIMEOUT = 30.0
-CLI_TIMEOUT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass
-class Server:
-    url: str
-    process: subprocess.Popen[bytes]
-    stderr_path: Path
-
-    @property
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    def get(self, path: str, **kwargs: Any) -> httpx.Response:
-        """One request on a new connection (so that requests spread over the workers)."""
-        return httpx.get(self.url + path, timeout=10.0, **kwargs)
-
-    def post(self, path: str, **kwargs: Any) -> httpx.Response:
-        return httpx.post(self.url + path, timeout=10.0, **kwargs)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the server's process group (workers too), SIGKILL if it lingers."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=15)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)  # stragglers of the group, if any
-    if process.poll() is None:
-        process.wait(timeout=10)
-
-
-@contextlib.contextmanager
-def serving(
-    env: dict[str, str], logs: Path, *args: str, cwd: Path | None = None
-) -> Iterator[Server]:
-    """`authgate serve --port <free port> *args`, yielded once /health answers 200."""
-    port = free_port()
-    logs.mkdir(parents=True, exist_ok=True)
-    stderr_path = logs / f"serve-{port}.err"
-    with (logs / f"serve-{port}.out").open("wb") as out, stderr_path.open("wb") as err:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "authgate", "serve", "--port", str(port), *args],
-            env=env,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-        )
-        try:
-            server = Server(f"http://127.0.0.1:{port}", process, stderr_path)
-            _wait_healthy(server)
-            yield server
-        finally:
-            _stop(process)
-
-
-def _wait_healthy(server: Server) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    for _ in range(int(STARTUP_TIMEOUT / 0.1)):
-        if server.process.poll() is not None:
-            pytest.fail(f"authgate serve exited with {server.process.returncode}:\n{server.stderr}")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(server.url + "/health", timeout=1.0).status_code == 200:
-                return
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    pytest.fail(f"authgate serve did not become healthy in {STARTUP_TIMEOUT} s:\n{server.stderr}")
-
-
-def register_and_login(server: Server, email: str = "ann@example.com") -> dict[str, Any]:
-    response = server.post("/auth/register", json={"email": email, "password": PASSWORD})
-    assert response.status_code == 201, response.text
-    response = server.post("/auth/login", json={"email": email, "password": PASSWORD})
-    assert response.status_code == 200, response.text
-    tokens: dict[str, Any] = response.json()
-    assert tokens["token_type"] == "bearer"
-    return tokens
 
 
 # --- the development setup ---------------------------------------------------------------

@@ -16,18 +16,15 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select
 
-from authgate.store.db import Database
-from authgate.store.models import User
-from tests.conftest import (
+from tests.helpers import (
     PASSWORD,
     AppFactory,
     Backend,
     Outbox,
     bearer,
+    count_users,
     login,
-    make_config,
     register,
 )
 
@@ -262,15 +259,6 @@ def assert_contract_error(response: httpx.Response, what: str) -> None:
         assert body["code"] == body["code"].lower(), what
 
 
-async def count_users(backend: Backend) -> int:
-    db = Database(make_config(backend))
-    try:
-        async with db.read() as s:
-            return int((await s.execute(select(func.count()).select_from(User))).scalar_one())
-    finally:
-        await db.dispose()
-
-
 @pytest.mark.parametrize("path", ENDPOINTS)
 async def test_hostile_bodies_are_refused_and_change_nothing(
     make_client: AppFactory, backend: Backend, outbox: Outbox, path: str
@@ -364,15 +352,6 @@ async def test_json_bodies_only(client: httpx.AsyncClient) -> None:
     await register(client)  # none of them created the account
 
 
-async def _user_count(backend: Backend) -> int:
-    db = Database(make_config(backend))
-    try:
-        async with db.read() as s:
-            return int(await s.scalar(select(func.count()).select_from(User)) or 0)
-    finally:
-        await db.dispose()
-
-
 async def test_duplicate_json_keys_are_refused(client: httpx.AsyncClient, backend: Backend) -> None:
     body = (
         b'{"email": "ann@example.com", "email": "bob@example.com", '
@@ -382,7 +361,7 @@ async def test_duplicate_json_keys_are_refused(client: httpx.AsyncClient, backen
         "/auth/register", content=body, headers={"Content-Type": "application/json"}
     )
     assert response.status_code == 422
-    assert await _user_count(backend) == 0
+    assert await count_users(backend) == 0
 
 
 async def test_duplicated_auth_cookies_are_not_trusted(client: httpx.AsyncClient) -> None:

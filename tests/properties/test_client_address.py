@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from authgate import create_app
-from tests.conftest import PASSWORD, AppFactory, Backend, make_config
+from tests.helpers import PASSWORD, AppFactory, Backend, make_config
 
 
 async def _login_attempts(client: object, spoof: bool) -> list[int]:

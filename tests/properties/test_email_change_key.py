@@ -16,9 +16,21 @@ from hypothesis import strategies as st
 
 from authgate import create_app
 from authgate.factors.emails import EmailProblem
-from tests.conftest import PASSWORD, Backend, Outbox, bearer, make_config, running
-from tests.properties.test_passwords import HTTP, on_loop, post_json
-from tests.unit.factors.test_emails import ADDRESSES, look_alike, mixed_case, same_mailbox
+from tests.helpers import (
+    ADDRESSES,
+    HTTP,
+    PASSWORD,
+    Backend,
+    Outbox,
+    bearer,
+    look_alike,
+    make_config,
+    mixed_case,
+    on_loop,
+    post_json,
+    running,
+    same_mailbox,
+)
 
 
 def _same(a: str, b: str) -> bool | None:

@@ -17,15 +17,7 @@ from authgate import create_app
 from authgate.events import JsonFormatter
 from authgate.store.db import Database
 from authgate.store.models import User
-from tests.conftest import (
-    PASSWORD,
-    Backend,
-    FakeClock,
-    Outbox,
-    bearer,
-    make_config,
-    running,
-)
+from tests.helpers import PASSWORD, Backend, FakeClock, Outbox, bearer, make_config, running
 
 EVENTS = {
     "registered",

@@ -14,35 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import string
-from collections.abc import Coroutine
-from typing import Any
 
-import httpx
-from hypothesis import given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 
 from authgate import create_app
 from authgate.factors.password_rules import normalise, password_problem
-from tests.conftest import Backend, make_config, running
-from tests.unit.factors.test_emails import ANY_TEXT, nfkc_variant
-from tests.unit.factors.test_password_rules import acceptable
-
-HTTP = settings(max_examples=10, deadline=None, derandomize=True, database=None)
-
-
-def on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, httpx.Response]) -> Any:
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-
-async def post_json(client: httpx.AsyncClient, path: str, body: dict[str, str]) -> httpx.Response:
-    client.cookies.clear()
-    # ASCII JSON, so lone surrogates travel as \u escapes as any JSON client would send them.
-    return await client.post(
-        path, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-
+from tests.helpers import (
+    ANY_TEXT,
+    HTTP,
+    Backend,
+    acceptable,
+    make_config,
+    nfkc_variant,
+    on_loop,
+    post_json,
+    running,
+)
 
 PLAIN_PASSWORDS = st.text(
     st.sampled_from(string.ascii_letters + string.digits + "éüñ"), min_size=8, max_size=24

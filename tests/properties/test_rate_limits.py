@@ -22,17 +22,20 @@ from sqlalchemy import select
 from authgate import create_app
 from authgate.app import AuthGate
 from authgate.store.models import RateLimitCounter
-from tests.conftest import (
+from tests.helpers import (
+    ANN,
     PASSWORD,
     AppFactory,
     Backend,
     FakeClock,
     Outbox,
+    login,
+    make_app,
     make_config,
+    refresh,
     register,
     running,
 )
-from tests.flows.test_auth import ANN, login, make_app, refresh
 
 LOGIN_PER_IP = 30
 FAILURES_PER_ADDRESS = 5

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.conftest import PASSWORD, AppFactory, bearer, login, register
+from tests.helpers import PASSWORD, AppFactory, bearer, login, register
 
 
 async def test_unknown_paths_are_404_in_the_contract_shape(client: httpx.AsyncClient) -> None:

@@ -25,7 +25,7 @@ from schemathesis import GenerationMode
 from schemathesis.schemas import APIOperation
 
 from authgate import create_app
-from tests.conftest import Backend, Outbox, bearer, login, make_config, register, running
+from tests.helpers import Backend, Outbox, bearer, login, make_config, register, running
 
 MAX_EXAMPLES = 20
 #: Derandomized (a fixed seed per test function) and without the example database, so CI

@@ -36,7 +36,7 @@ import httpx
 import pytest
 
 from authgate import create_app
-from tests.conftest import PASSWORD, Backend, Outbox, make_config, register, running
+from tests.helpers import PASSWORD, Backend, Outbox, make_config, register, running
 
 pytestmark = pytest.mark.timing
 

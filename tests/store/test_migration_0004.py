@@ -13,8 +13,16 @@ from sqlalchemy import text
 from authgate import create_app
 from authgate.store.db import Database, upgrade_schema
 from authgate.store.migrations import HEAD_REVISION
-from tests.conftest import PASSWORD, bearer, login, make_config, register, running
-from tests.store.test_migrations import _upgrade_to, empty_backend
+from tests.helpers import (
+    PASSWORD,
+    bearer,
+    empty_backend,
+    login,
+    make_config,
+    register,
+    running,
+    upgrade_to,
+)
 
 ROWS = {
     "authgate_sessions": 2,
@@ -31,7 +39,7 @@ async def test_existing_sessions_survive_and_ids_are_never_reused(
         db = Database(make_config(backend))
         try:
             async with db.engine.connect() as conn:
-                await conn.run_sync(_upgrade_to, "0003")
+                await conn.run_sync(upgrade_to, "0003")
                 await conn.commit()
             # Accounts, sessions and tokens as 0003 wrote them, through the app at 0003's
             # schema would need 0003's code: plain SQL instead.

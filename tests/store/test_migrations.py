@@ -3,20 +3,14 @@ migration 0003 recomputes the email keys of existing rows (issue 10, F11 and F12
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import secrets
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import asyncpg
 import pytest
-from alembic import command
 from alembic.config import Config
 from argon2 import PasswordHasher
-from sqlalchemy import Connection, select, text
+from sqlalchemy import select, text
 
 import authgate.store.migrations
 from authgate import create_app
@@ -25,30 +19,25 @@ from authgate.factors.password_rules import normalise
 from authgate.store.db import Database, upgrade_schema
 from authgate.store.migrations import HEAD_REVISION
 from authgate.store.models import User
-from tests.conftest import (
+from tests.helpers import (
+    FULLWIDTH_SAM,
+    OTHER_PASSWORD,
     PASSWORD,
-    PG_HOST,
-    PG_PORT,
-    PG_USER,
-    REDIS_URL,
     AppFactory,
     Backend,
-    PgTemplate,
-    delete_redis_prefix,
+    empty_backend,
     login,
     make_config,
     register,
-    require_backend,
     running,
+    upgrade_to,
+    user_id,
 )
-from tests.flows.test_auth import FULLWIDTH_SAM, OTHER_PASSWORD, user_id
 
 
 def test_head_revision_is_alembics_head() -> None:
-    from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-    import authgate.store.migrations
     from authgate.store.migrations import HEAD_REVISION
 
     cfg = Config()
@@ -57,41 +46,6 @@ def test_head_revision_is_alembics_head() -> None:
 
 
 # --- migration 0003 ----------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def empty_backend(name: str, data_dir: Path) -> AsyncIterator[Backend]:
-    """A backend with an EMPTY database (the `backend` fixture's PostgreSQL databases are
-    clones of a template already at head)."""
-    if name == "sqlite":
-        await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
-        yield Backend("sqlite", data_dir)
-        return
-    require_backend()
-    database = f"authgate_t_{secrets.token_hex(6)}"
-    prefix = f"authgate-test-{secrets.token_hex(6)}:"
-    conn = await asyncpg.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, database="postgres")
-    try:
-        await conn.execute(f'CREATE DATABASE "{database}"')
-    finally:
-        await conn.close()
-    url = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{database}"
-    try:
-        yield Backend(
-            "postgres",
-            data_dir,
-            {"database_url": url, "cache_url": REDIS_URL, "cache_prefix": prefix},
-        )
-    finally:
-        await PgTemplate.drop(database)
-        await delete_redis_prefix(prefix)
-
-
-def _upgrade_to(connection: Connection, revision: str) -> None:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(Path(authgate.store.migrations.__file__).parent))
-    cfg.attributes["connection"] = connection
-    command.upgrade(cfg, revision)
 
 
 #: (stored email, email_key as the rules before 0003 made it, the key 0003 must give it).
@@ -121,7 +75,7 @@ async def test_migration_0003_rekeys_existing_accounts_and_they_keep_logging_in(
         db = Database(make_config(backend))
         try:
             async with db.engine.connect() as conn:
-                await conn.run_sync(_upgrade_to, "0002")
+                await conn.run_sync(upgrade_to, "0002")
                 await conn.commit()
             password_hash = PasswordHasher(
                 time_cost=ARGON2_TIME_COST,

@@ -13,8 +13,7 @@ from authgate.store.one_time import TokenStore
 from authgate.store.purge import KEEP_SPENT, purge
 from authgate.store.rotation import Outcome, RefreshBudget, rotate
 from authgate.store.sessions import SessionStore
-from tests.conftest import FakeClock
-from tests.store.conftest import new_digest, new_session, new_user
+from tests.helpers import FakeClock, new_digest, new_session, new_user
 
 BUDGET = RefreshBudget(burst=2**31 - 1, window=60)
 

@@ -10,8 +10,7 @@ from sqlalchemy import func, select
 from authgate.store.db import Database
 from authgate.store.models import RefreshToken, Session
 from authgate.store.rotation import Outcome, RefreshBudget, Rotation, rotate
-from tests.conftest import FakeClock
-from tests.store.conftest import new_digest, new_session, new_user
+from tests.helpers import FakeClock, new_digest, new_session, new_user
 
 UNLIMITED = RefreshBudget(burst=2**31 - 1, window=60)
 TTL = timedelta(hours=1)

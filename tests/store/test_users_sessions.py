@@ -12,8 +12,7 @@ from authgate.store.db import Database
 from authgate.store.models import RefreshToken, Session
 from authgate.store.sessions import SessionStore, open_session
 from authgate.store.users import Credentials, UserStore, add_user, credentials
-from tests.conftest import FakeClock
-from tests.store.conftest import new_digest, new_user
+from tests.helpers import FakeClock, new_digest, new_user
 
 
 async def _open(

@@ -10,35 +10,11 @@ import pytest
 from pydantic import ValidationError
 
 from authgate import AuthConfig
-from tests.conftest import TEST_SECRET
+from tests.helpers import TEST_SECRET
 
 SECRET = "a-secret-key-that-is-long-enough-0123456789"
-ENV_VARS = (
-    "DATABASE_URL",
-    "CACHE_URL",
-    "AUTHGATE_DATA_DIR",
-    "AUTHGATE_PREFIX",
-    "AUTHGATE_SECRET_KEY",
-    "AUTHGATE_ACCESS_TTL",
-    "AUTHGATE_REFRESH_TTL",
-    "AUTHGATE_SESSION_MAX_AGE",
-    "AUTHGATE_RESET_TTL",
-    "AUTHGATE_VERIFY_TTL",
-    "AUTHGATE_SMTP_URL",
-    "AUTHGATE_MAIL_FROM",
-    "AUTHGATE_PUBLIC_URL",
-    "AUTHGATE_COOKIE_SECURE",
-    "AUTHGATE_COOKIE_SAMESITE",
-    "AUTHGATE_COOKIE_DOMAIN",
-    "AUTHGATE_RATE_LIMITS",
-)
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ENV_VARS:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
+#: AuthConfig() reads no setting the test did not make, in a fresh working directory.
+pytestmark = pytest.mark.usefixtures("bare_environment")
 
 
 def test_defaults_are_the_contracts() -> None:

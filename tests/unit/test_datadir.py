@@ -14,32 +14,8 @@ from authgate.config import ConfigError
 from authgate.datadir import ensure_secret_key
 
 SECRET = "a-secret-key-that-is-long-enough-0123456789"
-ENV_VARS = (
-    "DATABASE_URL",
-    "CACHE_URL",
-    "AUTHGATE_DATA_DIR",
-    "AUTHGATE_PREFIX",
-    "AUTHGATE_SECRET_KEY",
-    "AUTHGATE_ACCESS_TTL",
-    "AUTHGATE_REFRESH_TTL",
-    "AUTHGATE_SESSION_MAX_AGE",
-    "AUTHGATE_RESET_TTL",
-    "AUTHGATE_VERIFY_TTL",
-    "AUTHGATE_SMTP_URL",
-    "AUTHGATE_MAIL_FROM",
-    "AUTHGATE_PUBLIC_URL",
-    "AUTHGATE_COOKIE_SECURE",
-    "AUTHGATE_COOKIE_SAMESITE",
-    "AUTHGATE_COOKIE_DOMAIN",
-    "AUTHGATE_RATE_LIMITS",
-)
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ENV_VARS:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
+#: AuthConfig() reads no setting the test did not make, in a fresh working directory.
+pytestmark = pytest.mark.usefixtures("bare_environment")
 
 
 def test_production_without_a_secret_key_refuses_to_start(tmp_path: Path) -> None:

@@ -7,8 +7,7 @@ import redis.asyncio as aioredis
 from authgate.cache.invalidation import _Invalidations
 from authgate.cache.local import LEASE
 from authgate.cache.state import StateCache
-from tests.cache.test_invalidation import _Monotonic, _user
-from tests.conftest import REDIS_URL
+from tests.helpers import REDIS_URL, MonotonicClock, principal
 
 
 def _resp(*parts: str) -> bytes:
@@ -21,14 +20,14 @@ def _resp(*parts: str) -> bytes:
 
 
 async def test_only_a_pong_for_a_recent_ping_keeps_the_copy_live() -> None:
-    t = _Monotonic()
+    t = MonotonicClock()
     client = aioredis.Redis.from_url(REDIS_URL)
     try:
         cache = StateCache(client, prefix="liveness-test:", local_clock=t)
         local = cache.local
         protocol = _Invalidations(cache.subscriber.on_message, cache.subscriber.on_lost)
         local.reset(live=True)
-        local.put(local.generation, "s" * 32, _user(), None)
+        local.put(local.generation, "s" * 32, principal(), None)
         assert local.get("s" * 32, 7) is not None
         t.t += LEASE + 0.25
         # A lagging stream: bytes keep arriving, but they are old (a message, and the pong

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from authgate.cache.local import LocalState
-from tests.cache.test_invalidation import _Monotonic, _user
+from tests.helpers import MonotonicClock, principal
 
 
 def test_local_state_answers_only_within_its_lease() -> None:
-    t = _Monotonic()
+    t = MonotonicClock()
     local = LocalState(ttl=60, lease=1.5, clock=t)
     assert local.get("s" * 32, 7) is None
-    local.put(local.generation, "s" * 32, _user(), None)
+    local.put(local.generation, "s" * 32, principal(), None)
     assert local.get("s" * 32, 7) is None  # not subscribed: nothing is stored
     local.reset(live=True)
-    local.put(local.generation, "s" * 32, _user(), None)
+    local.put(local.generation, "s" * 32, principal(), None)
     hit = local.get("s" * 32, 7)
     assert hit is not None
     assert not hasattr(hit.principal, "password_hash")  # the copy never holds the hash
@@ -28,22 +28,22 @@ def test_local_state_answers_only_within_its_lease() -> None:
 
 
 def test_local_state_discards_a_fill_that_raced_an_invalidation() -> None:
-    local = LocalState(ttl=60, clock=_Monotonic())
+    local = LocalState(ttl=60, clock=MonotonicClock())
     local.reset(live=True)
     generation = local.generation  # a reader starts loading the session...
     local.drop_sessions(["s" * 32])  # ...the session is revoked meanwhile...
-    local.put(generation, "s" * 32, _user(), None)  # ...and the reader's fill arrives
+    local.put(generation, "s" * 32, principal(), None)  # ...and the reader's fill arrives
     assert local.get("s" * 32, 7) is None
     generation = local.generation
     local.drop_user(7)
-    local.put(generation, "s" * 32, _user(), None)
+    local.put(generation, "s" * 32, principal(), None)
     assert local.get("s" * 32, 7) is None
 
 
 def test_local_state_is_bounded() -> None:
-    local = LocalState(ttl=60, max_entries=3, clock=_Monotonic())
+    local = LocalState(ttl=60, max_entries=3, clock=MonotonicClock())
     local.reset(live=True)
     for i in range(5):
-        local.put(local.generation, f"{i:032d}", _user(i), None)
+        local.put(local.generation, f"{i:032d}", principal(i), None)
     assert local.get(f"{0:032d}", 0) is None
     assert local.get(f"{4:032d}", 4) is not None

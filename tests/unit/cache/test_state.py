@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from authgate.cache.state import DatabaseStates
 from authgate.principal import SessionState
-from tests.cache.test_invalidation import _user
+from tests.helpers import principal
 
 
 async def test_without_a_shared_cache_every_lookup_reads_the_database() -> None:
     states = DatabaseStates()
     loads: list[str] = []
-    expected = SessionState(_user(), False, None)
+    expected = SessionState(principal(), False, None)
 
     async def load(session_id: str, user_id: int) -> SessionState | None:
         loads.append(session_id)

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import string
 import unicodedata
-from collections.abc import Callable
 
 import pytest
-from email_validator import validate_email
-from hypothesis import given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 
 from authgate.factors.emails import (
@@ -26,123 +24,22 @@ from authgate.factors.emails import (
     email_key,
     login_key,
 )
+from tests.helpers import (
+    ADDRESSES,
+    ANY_TEXT,
+    DOMAIN,
+    UNIT,
+    case_round_trips,
+    look_alike,
+    mixed_case,
+    nfkc_variant,
+    normalised,
+    same_mailbox,
+)
 
-UNIT = settings(max_examples=200, deadline=None, derandomize=True, database=None)
-
-#: Any text at all, lone surrogates included: JSON can carry them ("\ud800").
-ANY_TEXT = st.text(st.characters(exclude_categories=()))
 LINE_BREAKS_AND_NUL = ("\r", "\n", "\x00")
 
 # --- generated valid addresses ------------------------------------------------------------
-
-#: Letters with and without case, one (ß) whose upper case is two letters, final sigma.
-UNICODE_LETTERS = "äöüßéñçøåæœαβγδλσςжпр文字日本"
-ASCII_ATOM = st.text(string.ascii_letters + string.digits + "_+-", min_size=1, max_size=6)
-UNICODE_ATOM = st.text(
-    string.ascii_letters + string.digits + UNICODE_LETTERS, min_size=1, max_size=6
-)
-LOCAL_PART = st.lists(st.one_of(ASCII_ATOM, UNICODE_ATOM), min_size=1, max_size=3).map(".".join)
-LABEL = st.one_of(
-    st.text(string.ascii_lowercase + string.digits, min_size=1, max_size=12),
-    st.text(string.ascii_lowercase + "äöüßéñ", min_size=1, max_size=12),
-)
-DOMAIN = st.builds(
-    lambda labels, tld: ".".join([*labels, tld]),
-    st.lists(LABEL, min_size=1, max_size=2),
-    st.sampled_from(["com", "org", "net", "de", "io", "info"]),
-)
-ADDRESSES = st.builds(lambda local, domain: f"{local}@{domain}", LOCAL_PART, DOMAIN)
-
-
-def fullwidth(char: str) -> str:
-    """The fullwidth form of an ASCII letter or digit (NFKC maps it back)."""
-    return chr(ord(char) + 0xFEE0) if char.isascii() and char.isalnum() else char
-
-
-def case_round_trips(char: str) -> bool:
-    """Upper-casing `char` and lower-casing it again gives its lower case back (not so for
-    `ß` -> `SS` -> `ss`, or the final sigma, whose upper case lower-cases to the other sigma)."""
-    return char.upper().lower() == char.lower()
-
-
-@st.composite
-def mixed_case(draw: st.DrawFn, text: str) -> str:
-    """`text` with some letters upper-cased and others lower-cased; only letters whose case
-    round-trips are flipped, so the result is the same text under `str.lower()`."""
-    flips = draw(st.lists(st.booleans(), min_size=len(text), max_size=len(text)))
-    return "".join(
-        (c.upper() if flip else c.lower()) if case_round_trips(c) else c
-        for c, flip in zip(text, flips, strict=True)
-    )
-
-
-@st.composite
-def nfkc_variant(draw: st.DrawFn, text: str) -> str:
-    """`text` with some ASCII letters and digits fullwidth and possibly decomposed (NFD):
-    a different string with the same NFKC form."""
-    flips = draw(st.lists(st.booleans(), min_size=len(text), max_size=len(text)))
-    out = "".join(fullwidth(c) if flip else c for c, flip in zip(text, flips, strict=True))
-    if draw(st.booleans()):
-        out = unicodedata.normalize("NFD", out)
-    return out
-
-
-#: Edits that turn an address into a look-alike: another case (including the ones that do not
-#: round-trip), a compatibility form, `ß` <-> `ss`, `s` -> long s, `i` <-> dotted/dotless i.
-LOOK_ALIKE_EDITS: tuple[Callable[[str], str], ...] = (
-    str.upper,
-    str.lower,
-    str.swapcase,
-    fullwidth,
-    # long s, dotless i, dotted capital I, the two sigmas
-    lambda c: {
-        "ß": "ss",
-        "s": "\u017f",
-        "S": "\u017f",
-        "i": "\u0131",
-        "I": "\u0130",
-        "\u03c2": "\u03c3",
-        "\u03c3": "\u03c2",
-    }.get(c, c),
-    lambda c: {"s": "ß", "K": "\u212a", "e": "\u0435"}.get(c, c),  # Kelvin sign, Cyrillic e
-)
-
-
-@st.composite
-def look_alike(draw: st.DrawFn, address: str) -> str:
-    """`address` with some characters edited by LOOK_ALIKE_EDITS, maybe decomposed (NFD),
-    maybe with its domain in ASCII (punycode) form: often the same mailbox, often not."""
-    edits = draw(
-        st.lists(
-            st.one_of(st.none(), st.sampled_from(LOOK_ALIKE_EDITS)),
-            min_size=len(address),
-            max_size=len(address),
-        )
-    )
-    local, domain = address.rsplit("@", 1)
-    out = "".join(c if edit is None else edit(c) for c, edit in zip(local, edits, strict=False))
-    if draw(st.booleans()):
-        domain = "".join(
-            c if edit is None else edit(c)
-            for c, edit in zip(domain, edits[len(local) :], strict=False)
-        )
-    elif draw(st.booleans()):
-        domain = validate_email(address, check_deliverability=False).ascii_domain
-    out = f"{out}@{domain}"
-    if draw(st.booleans()):
-        out = unicodedata.normalize("NFD", out)
-    return out
-
-
-def normalised(address: str) -> str:
-    """The address as email-validator normalises it: the input of the documented key rule."""
-    return validate_email(address, check_deliverability=False).normalized
-
-
-def same_mailbox(a: str, b: str) -> bool:
-    """The documented rule: one account exactly when the normalised addresses are equal after
-    `str.lower()` (the domain compared as IDNA, which the normalised form already is)."""
-    return normalised(a).lower() == normalised(b).lower()
 
 
 def key_of(address: str) -> str:

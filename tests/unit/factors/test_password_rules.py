@@ -23,22 +23,7 @@ from authgate.factors.password_rules import (
     normalise,
     password_problem,
 )
-from tests.unit.factors.test_emails import ANY_TEXT, UNIT, fullwidth
-
-
-def acceptable(normalised: str) -> bool:
-    """The rules, restated: judged on the NFKC form, 8 characters to 72 bytes of UTF-8 (no
-    truncation), encodable, not a common password (case-folded)."""
-    try:
-        size = len(normalised.encode("utf-8"))
-    except UnicodeEncodeError:
-        return False
-    return (
-        len(normalised) >= MIN_PASSWORD_CHARS
-        and size <= MAX_PASSWORD_BYTES
-        and normalised.casefold() not in common_passwords()
-    )
-
+from tests.helpers import ANY_TEXT, UNIT, acceptable, fullwidth
 
 #: Characters whose NFKC form is longer (ligatures, fractions, squared units), shorter
 #: (a letter and a combining mark compose; Hangul jamo compose) or just different (fullwidth).

@@ -26,7 +26,7 @@ from authgate.mail.delivery import (
 from authgate.mail.render import MailName, check_templates, render
 
 if TYPE_CHECKING:
-    from tests.conftest import Outbox, SmtpSink
+    from tests.helpers import Outbox, SmtpSink
 
 PRODUCT = "Acme Cloud"
 PUBLIC_URL = "https://app.example.com"

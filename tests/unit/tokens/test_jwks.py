@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hmac
 import json
 import os
@@ -13,32 +12,15 @@ from pathlib import Path
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from authgate import AuthConfig
 from authgate.config import ConfigError
 from authgate.tokens.jwks import GENERATED_KEY_FILE, load_signing_keys
 from authgate.tokens.keys import Keys, TokenError
-from tests.conftest import TEST_SECRET
+from tests.helpers import TEST_SECRET, b64, write_signing_key
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 SID = "b" * 32
-
-
-def _write_key(path: Path, algorithm: str) -> Path:
-    key = (
-        ed25519.Ed25519PrivateKey.generate()
-        if algorithm == "EdDSA"
-        else ec.generate_private_key(ec.SECP256R1())
-    )
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return path
 
 
 def _keys(tmp_path: Path, algorithm: str, **extra: object) -> Keys:
@@ -46,10 +28,6 @@ def _keys(tmp_path: Path, algorithm: str, **extra: object) -> Keys:
     return Keys(
         cfg.secret(), issuer="authgate", audience="authgate", signing=load_signing_keys(cfg)
     )
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 def test_embedded_setup_generates_one_key(tmp_path: Path) -> None:
@@ -73,9 +51,9 @@ def test_algorithm_confusion_and_key_ids_are_refused(tmp_path: Path) -> None:
     public_pem = (tmp_path / GENERATED_KEY_FILE).read_bytes()  # stands in for a public key
 
     def forged(head: dict[str, object], key: bytes) -> str:
-        signing_input = f"{_b64(json.dumps(head).encode())}.{payload}"
+        signing_input = f"{b64(json.dumps(head).encode())}.{payload}"
         mac = hmac.new(key, signing_input.encode(), "sha256").digest()
-        return f"{signing_input}.{_b64(mac)}"
+        return f"{signing_input}.{b64(mac)}"
 
     # HS256 keyed with the public key: the classic confusion attack.
     for token in (
@@ -90,14 +68,14 @@ def test_algorithm_confusion_and_key_ids_are_refused(tmp_path: Path) -> None:
         {**header, "kid": "someone-else"},
         {k: v for k, v in header.items() if k != "kid"},
     ):
-        token = f"{_b64(json.dumps(bad_header).encode())}.{payload}.{sig}"
+        token = f"{b64(json.dumps(bad_header).encode())}.{payload}.{sig}"
         with pytest.raises(TokenError):
             keys.verify_access(token, now=NOW)
 
 
 def test_rotation_keeps_the_previous_key_verifying(tmp_path: Path) -> None:
-    old_file = _write_key(tmp_path / "old.pem", "EdDSA")
-    new_file = _write_key(tmp_path / "new.pem", "EdDSA")
+    old_file = write_signing_key(tmp_path / "old.pem", "EdDSA")
+    new_file = write_signing_key(tmp_path / "new.pem", "EdDSA")
     old = _keys(tmp_path, "EdDSA", jwt_private_key_file=old_file)
     token = old.issue_access(user_id=7, session_id=SID, now=NOW, ttl=60)
     rotated = _keys(
@@ -135,7 +113,7 @@ def test_misconfiguration_is_refused(tmp_path: Path) -> None:
                 jwt_algorithm="EdDSA",
             )
         )
-    ed_file = _write_key(tmp_path / "ed.pem", "EdDSA")
+    ed_file = write_signing_key(tmp_path / "ed.pem", "EdDSA")
     with pytest.raises(ConfigError, match="P-256"):
         _keys(tmp_path, "ES256", jwt_private_key_file=ed_file)
     garbage = tmp_path / "garbage.pem"

@@ -10,7 +10,7 @@ import pytest
 
 from authgate.config import AuthConfig
 from authgate.tokens.jwks import load_signing_keys
-from tests.conftest import TEST_SECRET
+from tests.helpers import TEST_SECRET
 
 
 @pytest.mark.parametrize("algorithm", ["EdDSA", "ES256"])

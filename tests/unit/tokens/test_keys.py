@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import re
 import secrets
 import warnings
@@ -27,7 +26,7 @@ from authgate.tokens.keys import (
     new_opaque_token,
     new_session_id,
 )
-from tests.conftest import TEST_SECRET
+from tests.helpers import TEST_SECRET, b64, b64json, sign
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 TS = int(NOW.timestamp())
@@ -38,14 +37,6 @@ DROP = object()
 @pytest.fixture
 def keys() -> Keys:
     return Keys(TEST_SECRET.encode(), issuer="authgate", audience="authgate")
-
-
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def b64json(value: Any) -> str:
-    return b64(json.dumps(value, separators=(",", ":")).encode())
 
 
 def claims(**changes: Any) -> dict[str, Any]:
@@ -65,24 +56,6 @@ def claims(**changes: Any) -> dict[str, Any]:
         else:
             out[name] = value
     return out
-
-
-def sign(
-    keys: Keys,
-    payload: dict[str, Any],
-    *,
-    algorithm: str = "HS256",
-    headers: dict[str, Any] | None = None,
-) -> str:
-    with warnings.catch_warnings():
-        # PyJWT warns that the 32-byte key is short for HS384/HS512; that is the point.
-        warnings.simplefilter("ignore")
-        return jwt.encode(
-            payload,
-            keys._jwt_key,
-            algorithm=algorithm,
-            headers={"typ": "at+jwt"} if headers is None else headers,
-        )
 
 
 def refused(keys: Keys, token: str, now: datetime = NOW) -> None:
