@@ -9,12 +9,9 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
-
 from authgate.app import AuthGate
 from authgate.cache.counters import RedisCounters
 from authgate.store.limits import SqlCounters
-from authgate.store.models import RateLimitCounter
 from tests.helpers import Backend, FakeClock, make_config
 
 
@@ -58,21 +55,3 @@ async def test_store_counts_concurrent_hits_exactly_and_gives_back_to_its_window
             assert await store.count("t:burst", later) == 1
             await store.clear("t:burst")
             assert await store.count("t:burst", later) == 0
-
-
-async def test_purge_deletes_expired_counters_and_keeps_live_ones(
-    backend: Backend, clock: FakeClock
-) -> None:
-    async with gate_for(backend, clock) as gate:
-        store = SqlCounters(gate.services.db)
-        now = clock()
-        for i in range(5):
-            await store.hit(f"t:short{i}", limit=10, window=60, now=now)
-        await store.hit("t:long", limit=10, window=7200, now=now)
-        clock.advance(61)
-        result = await gate.accounts.purge(batch_size=2)
-        assert result.rate_limit_counters == 5
-        async with gate.services.db.read() as s:
-            left = list((await s.execute(select(RateLimitCounter.key))).scalars())
-        assert left == ["t:long"]
-        assert await store.count("t:long", clock()) == 1

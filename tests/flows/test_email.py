@@ -30,10 +30,12 @@ from tests.helpers import (
     SmtpSink,
     assert_error,
     bearer,
+    fresh_session,
     login,
     login_status,
     make_config,
     post_json,
+    post_with_cookies,
     register,
     running,
     user_id,
@@ -152,13 +154,6 @@ async def test_reset_without_sender_is_501(client: httpx.AsyncClient) -> None:
     assert_error(response, 501, "not_configured")
     unknown = await client.post("/auth/password-reset", json={"email": "nobody@example.com"})
     assert_error(unknown, 501, "not_configured")
-
-
-async def test_verification_without_sender_is_501(client: httpx.AsyncClient) -> None:
-    await register(client)
-    tokens = await bearer_session(client)
-    response = await client.post("/auth/email-verification", headers=bearer(tokens["access_token"]))
-    assert_error(response, 501, "not_configured")
 
 
 # --- password reset: request --------------------------------------------------------------
@@ -394,6 +389,41 @@ async def test_reset_confirm_bad_password_is_422_and_keeps_token(
 # --- email verification -------------------------------------------------------------------
 
 
+async def test_email_verification_by_cookie_needs_csrf(client: httpx.AsyncClient) -> None:
+    await register(client)
+    a, a_csrf = await fresh_session(client)
+    _, b_csrf = await fresh_session(client)
+    access = a["access_token"]
+
+    for cookies, headers in [
+        ({"svc_access_token": access, "svc_csrf_token": a_csrf}, {}),
+        ({"svc_access_token": access}, {}),
+        ({"svc_access_token": access, "svc_csrf_token": a_csrf}, {"X-CSRF-Token": "wrong"}),
+        ({"svc_access_token": access, "svc_csrf_token": "other"}, {"X-CSRF-Token": a_csrf}),
+        ({"svc_access_token": access, "svc_csrf_token": b_csrf}, {"X-CSRF-Token": b_csrf}),
+    ]:
+        response = await post_with_cookies(client, "/auth/email-verification", cookies, headers)
+        assert_error(response, 403, "csrf_failed")
+
+    # With the right value the request gets through; no sender is configured, hence 501.
+    response = await post_with_cookies(
+        client,
+        "/auth/email-verification",
+        {"svc_access_token": access, "svc_csrf_token": a_csrf},
+        {"X-CSRF-Token": a_csrf},
+    )
+    assert_error(response, 501, "not_configured")
+
+    # A bearer header needs no CSRF value.
+    client.cookies.clear()
+    response = await client.post("/auth/email-verification", headers=bearer(access))
+    assert_error(response, 501, "not_configured")
+
+    # No credentials at all: 401, not 403.
+    client.cookies.clear()
+    assert_error(await client.post("/auth/email-verification"), 401, "not_authenticated")
+
+
 async def test_verification_request_needs_authentication(
     make_client: AppFactory, outbox: Outbox
 ) -> None:
@@ -404,13 +434,6 @@ async def test_verification_request_needs_authentication(
         response = await client.post("/auth/email-verification", headers=bearer("garbage"))
         assert response.status_code == 401
     assert outbox.sent == []
-
-
-async def test_verification_without_sender_unauthenticated_is_401(
-    client: httpx.AsyncClient,
-) -> None:
-    response = await client.post("/auth/email-verification")
-    assert response.status_code == 401
 
 
 async def test_verification_flow(make_client: AppFactory, outbox: Outbox) -> None:

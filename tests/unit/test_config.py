@@ -212,13 +212,11 @@ def test_describe_the_embedded_setup() -> None:
 @pytest.mark.parametrize(
     "key",
     [
-        "short",
         "a" * 64,  # long, one character
         "changeme-changeme-changeme-changeme",  # long, eight different characters
-        "0123456789" * 2,  # varied but short
     ],
 )
-def test_weak_secret_keys_are_refused_without_quoting_them(key: str) -> None:
+def test_long_but_guessable_secret_keys_are_refused_without_quoting_them(key: str) -> None:
     with pytest.raises(ValidationError) as info:
         AuthConfig(secret_key=key)
     assert key not in str(info.value)

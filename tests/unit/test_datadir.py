@@ -10,19 +10,11 @@ from pathlib import Path
 import pytest
 
 from authgate import AuthConfig
-from authgate.config import ConfigError
 from authgate.datadir import ensure_secret_key
 
 SECRET = "a-secret-key-that-is-long-enough-0123456789"
 #: AuthConfig() reads no setting the test did not make, in a fresh working directory.
 pytestmark = pytest.mark.usefixtures("bare_environment")
-
-
-def test_production_without_a_secret_key_refuses_to_start(tmp_path: Path) -> None:
-    config = AuthConfig(data_dir=tmp_path, database_url="postgresql://db.invalid/authgate")
-    with pytest.raises(ConfigError, match="AUTHGATE_SECRET_KEY must be set"):
-        ensure_secret_key(config)
-    assert not (tmp_path / "secret_key").exists()
 
 
 def test_ensure_secret_key_creates_a_0600_key_file_once(tmp_path: Path) -> None:
