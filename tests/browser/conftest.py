@@ -38,11 +38,13 @@ Mark a test module `pytestmark = [pytest.mark.browser, pytest.mark.subprocess]`
   (a second person), with any option of Playwright's `launch_persistent_context`, such as
   `java_script_enabled=False` or `viewport={"width": 360, "height": 740}`; closed at the end.
 - `first_page(context) -> Page`: the tab a persistent context opens with (or a new one).
-- `watch_context(context, origin) -> Watch`: records every request of every page of the
-  context (`watch.requests`: `Seen(method, url, headers, resource_type)`) and collects CSP
-  violations (a `securitypolicyviolation` listener injected into every document, plus
-  Chromium's console reports), console errors and uncaught page errors. Then
-  `watch.foreign_requests()`, `watch.requests_to(method, path)`, `watch.assert_clean()`.
+- `watch_context(context, origin) -> Watch` (once per context, before its pages navigate):
+  records every request of every page of the context (`watch.requests`:
+  `Seen(method, url, headers, resource_type)`, `.path`) and every answer (`watch.responses`:
+  `(method, url, status)`), and collects CSP violations (a `securitypolicyviolation` listener
+  injected into every document, plus Chromium's console reports), console errors and
+  uncaught page errors. Then `watch.foreign_requests()`, `watch.requests_to(method, path)`,
+  `watch.assert_clean()`.
 - `screenshot(page, path, *, full_page=True) -> Path`: a PNG where the caller says.
 
 Chromium resolves no host name (`--host-resolver-rules`): a page that tries another origin
@@ -71,7 +73,14 @@ import httpx
 import pytest
 
 if TYPE_CHECKING:
-    from playwright.async_api import BrowserContext, ConsoleMessage, Page, Playwright, Request
+    from playwright.async_api import (
+        BrowserContext,
+        ConsoleMessage,
+        Page,
+        Playwright,
+        Request,
+        Response,
+    )
 
 try:
     from playwright.async_api import async_playwright
@@ -384,6 +393,7 @@ class Watch:
 
     origin: str
     requests: list[Seen] = field(default_factory=list)
+    responses: list[tuple[str, str, int]] = field(default_factory=list)
     csp_violations: list[str] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
@@ -414,6 +424,9 @@ class Watch:
             Seen(request.method, request.url, dict(request.headers), request.resource_type)
         )
 
+    def _response(self, response: Response) -> None:
+        self.responses.append((response.request.method, response.url, response.status))
+
     def _console(self, message: ConsoleMessage) -> None:
         if message.type != "error":
             return
@@ -431,6 +444,7 @@ async def watch_context(context: BrowserContext, origin: str) -> Watch:
     tab, CSP violations, console errors and uncaught errors."""
     watch = Watch(origin.rstrip("/"))
     context.on("request", watch._request)
+    context.on("response", watch._response)
     context.on("page", watch._attach)
     for page in context.pages:
         watch._attach(page)

@@ -28,6 +28,12 @@ export interface ClientOptions {
  * answer at all has status 0 and code "network_error"; a 422 has code "validation_error",
  * `detail` joining the messages and `errors` holding FastAPI's list. */
 export class AuthgateError extends Error {
+  constructor(
+    status: number,
+    code: string,
+    detail: string,
+    extra?: { retryAfter?: number | null; errors?: unknown[] | null },
+  );
   readonly name: "AuthgateError";
   readonly status: number;
   readonly code: string;
