@@ -13,13 +13,13 @@ from authgate.mail.delivery import MailSender, Purpose
 from authgate.principal import Principal
 from authgate.services.context import Services
 from authgate.store.models import User
-from authgate.store.one_time import TokenStore
+from authgate.store.one_time import TokenStatus, TokenStore
 from authgate.store.purge import PurgeResult, purge
 from authgate.store.sessions import SessionStore
 from authgate.store.users import UserStore, add_user
 from authgate.tokens.keys import digest, new_opaque_token
 
-__all__ = ["AccountService", "PurgeResult"]
+__all__ = ["AccountService", "PurgeResult", "TokenStatus"]
 
 
 class AccountService:
@@ -139,6 +139,15 @@ class AccountService:
             await tokens.spend_all(user_id, now, "verify")
         await self.sv.user_changed(user_id)
         events.emit("verification_completed", user_id=user_id)
+
+    # --- what a mailed link holds -----------------------------------------------------
+
+    async def token_status(self, purpose: Purpose, token: str) -> TokenStatus:
+        """`live`, `expired`, `used` or `invalid`: a read-only look at a one-time token of any
+        purpose (reset, verify, email_change). Never spends, changes or extends it: the pages
+        a mailed link opens call this on GET, which mail scanners send before the person."""
+        async with self.sv.db.read() as s:
+            return await TokenStore(s).status(purpose, digest(token), self.sv.clock())
 
     # --- operator commands ------------------------------------------------------------
 

@@ -6,6 +6,7 @@ matches a row.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -13,7 +14,10 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from authgate.store.models import OneTimeToken
 
-__all__ = ["TokenStore"]
+__all__ = ["TokenStatus", "TokenStore"]
+
+#: What a one-time token is, as far as a page may tell the person holding the link.
+TokenStatus = Literal["live", "expired", "used", "invalid"]
 
 
 class TokenStore:
@@ -48,6 +52,24 @@ class TokenStore:
     async def peek(self, purpose: str, digest: bytes, now: datetime) -> int | None:
         """The user id of a live token, without spending it."""
         return await self.s.scalar(select(OneTimeToken.user_id).where(*_live(purpose, digest, now)))
+
+    async def status(self, purpose: str, digest: bytes, now: datetime) -> TokenStatus:
+        """What the token is, read-only: a plain SELECT that never spends, changes or extends
+        it (the pages a mailed link opens ask this on GET, which mail scanners send). A spent
+        token reads as used even once past its expiry; one purged or of another purpose is
+        invalid."""
+        row = (
+            await self.s.execute(
+                select(OneTimeToken.used_at, OneTimeToken.expires_at).where(
+                    OneTimeToken.digest == digest, OneTimeToken.purpose == purpose
+                )
+            )
+        ).one_or_none()
+        if row is None:
+            return "invalid"
+        if row.used_at is not None:
+            return "used"
+        return "live" if row.expires_at > now else "expired"
 
     async def spend(self, purpose: str, digest: bytes, now: datetime) -> int | None:
         """Spend a live token atomically; the user id, or None when none matched."""
