@@ -42,7 +42,7 @@ def assert_error(response: httpx.Response, status: int, code: str) -> None:
 
 
 def no_store(response: httpx.Response) -> bool:
-    return response.headers.get("cache-control") == "no-store"
+    return bool(response.headers.get("cache-control") == "no-store")
 
 
 @asynccontextmanager

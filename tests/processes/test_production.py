@@ -10,7 +10,7 @@ import asyncio
 import secrets
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +186,7 @@ async def test_database_outage_answers_503_and_recovers(pg_backend: Backend) -> 
                 # The session already in the cache keeps answering: Redis knows it is live.
                 cached = await client.get("/auth/me", headers=bearer(tokens["access_token"]))
                 assert cached.status_code == 200
-                requests = (
+                requests: tuple[Callable[[], Awaitable[httpx.Response]], ...] = (
                     lambda: client.get("/auth/me", headers=bearer(other["access_token"])),
                     lambda: client.post(
                         "/auth/login", json={"email": "ann@example.com", "password": PASSWORD}

@@ -145,7 +145,7 @@ async def test_every_step_writes_one_event_and_no_secret(
         assert r.status_code == 200
         first = r.json()
         secrets += [first["access_token"], first["refresh_token"]]
-        secrets += [c.value for c in client.cookies.jar if c.name == "svc_csrf_token"]
+        secrets += [c.value for c in client.cookies.jar if c.name == "svc_csrf_token" and c.value]
         client.cookies.clear()
         fields = rec.expect("login_succeeded", request_id="req-2")
         assert fields["user_id"] == user_id

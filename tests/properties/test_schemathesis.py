@@ -22,6 +22,7 @@ import httpx
 import schemathesis
 from hypothesis import HealthCheck, given, note, settings
 from schemathesis import GenerationMode
+from schemathesis.core.result import Ok
 from schemathesis.schemas import APIOperation
 
 from authgate import create_app
@@ -46,6 +47,10 @@ SETTINGS = settings(
 BASE_URL = "https://testserver"
 #: The operations that need an access token; the rest of the API is public.
 PROTECTED = {"GET /auth/me", "POST /auth/email-verification"}
+
+#: An operation of any schema, and a case generated for one.
+Operation = APIOperation[Any, Any, Any, Any]
+Case = schemathesis.Case[Operation]
 
 CHECKS = [
     schemathesis.checks.not_a_server_error,
@@ -82,7 +87,7 @@ class Sender:
         self.client.cookies.clear()  # every case stands alone: no session from an earlier login
         return await self.client.request(**request)
 
-    def send(self, case: schemathesis.Case, headers: dict[str, str]) -> httpx.Response:
+    def send(self, case: Case, headers: dict[str, str]) -> httpx.Response:
         kwargs = case.as_transport_kwargs(base_url=BASE_URL, headers=headers)
         assert not kwargs.get("cookies"), "the schema declares no cookie parameters"
         request: dict[str, Any] = {
@@ -104,7 +109,7 @@ class Sender:
 
 
 def fuzz_operation(
-    operation: APIOperation,
+    operation: Operation,
     mode: GenerationMode,
     sender: Sender,
     headers: dict[str, str],
@@ -113,7 +118,7 @@ def fuzz_operation(
 
     @SETTINGS
     @given(case=operation.as_strategy(generation_mode=mode))
-    def check(case: schemathesis.Case) -> None:
+    def check(case: Case) -> None:
         # Schemathesis turns off Hypothesis' printing of failing arguments; say what was sent.
         note(case.as_curl_command(headers=headers, base_url=BASE_URL))
         response = sender.send(case, headers)
@@ -126,12 +131,15 @@ async def fuzz_schema(
     client: httpx.AsyncClient,
     mode: GenerationMode,
     headers: dict[str, str],
-    select: Callable[[APIOperation], bool],
+    select: Callable[[Operation], bool],
 ) -> Sender:
     response = await client.get("/openapi.json")
     assert response.status_code == 200
     schema = schemathesis.openapi.from_dict(response.json(), config=schemathesis.Config())
-    operations = [result.ok() for result in schema.get_all_operations()]
+    operations: list[Operation] = []
+    for result in schema.get_all_operations():
+        assert isinstance(result, Ok), result.err()
+        operations.append(result.ok())
     sender = Sender(client, asyncio.get_running_loop())
     selected = {op.label for op in operations if select(op)}
     for operation in operations:
@@ -142,7 +150,7 @@ async def fuzz_schema(
     return sender
 
 
-def takes_input(operation: APIOperation) -> bool:
+def takes_input(operation: Operation) -> bool:
     """Whether the operation has anything to send wrong (a body or a parameter)."""
     return bool(list(operation.body)) or any(True for _ in operation.iter_parameters())
 

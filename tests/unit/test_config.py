@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ipaddress import ip_network
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -232,8 +233,9 @@ def test_long_but_guessable_secret_keys_are_refused_without_quoting_them(key: st
     ],
 )
 def test_bad_settings_are_refused(field: str, value: str) -> None:
+    settings: dict[str, Any] = {field: value}  # as the environment gives them: any field, a str
     with pytest.raises(ValidationError):
-        AuthConfig(**{field: value})
+        AuthConfig(**settings)
 
 
 def test_previous_keys_must_be_long_enough() -> None:

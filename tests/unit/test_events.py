@@ -21,7 +21,7 @@ def test_json_formatter_writes_one_json_line_per_record() -> None:
             __file__,
             1,
             "login_succeeded",
-            None,
+            (),
             None,
             extra={
                 "authgate": {
@@ -44,7 +44,7 @@ def test_json_formatter_writes_one_json_line_per_record() -> None:
     except ValueError:
         records.append(
             logger.makeRecord(
-                "authgate", logging.ERROR, __file__, 1, "unhandled", None, sys.exc_info()
+                "authgate", logging.ERROR, __file__, 1, "unhandled", (), sys.exc_info()
             )
         )
     for record in records:

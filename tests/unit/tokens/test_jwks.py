@@ -8,6 +8,7 @@ import os
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import jwt
 import pytest
@@ -23,8 +24,20 @@ NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 SID = "b" * 32
 
 
-def _keys(tmp_path: Path, algorithm: str, **extra: object) -> Keys:
-    cfg = AuthConfig(data_dir=tmp_path, secret_key=TEST_SECRET, jwt_algorithm=algorithm, **extra)
+def _keys(
+    tmp_path: Path,
+    algorithm: Literal["HS256", "EdDSA", "ES256"],
+    *,
+    jwt_private_key_file: Path | None = None,
+    jwt_previous_key_files: str = "",
+) -> Keys:
+    cfg = AuthConfig(
+        data_dir=tmp_path,
+        secret_key=TEST_SECRET,
+        jwt_algorithm=algorithm,
+        jwt_private_key_file=jwt_private_key_file,
+        jwt_previous_key_files=jwt_previous_key_files,
+    )
     return Keys(
         cfg.secret(), issuer="authgate", audience="authgate", signing=load_signing_keys(cfg)
     )
