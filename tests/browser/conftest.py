@@ -59,7 +59,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -71,6 +70,8 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+
+from tests.helpers import IN_CI, clean_env, free_port
 
 if TYPE_CHECKING:
     from playwright.async_api import (
@@ -116,9 +117,6 @@ CHROMIUM_ARGS = (
     # Only loopback: no host name resolves, so nothing can reach another origin.
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 )
-#: The suite's rule (tests/conftest.py): under CI nothing that should run may skip.
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-SECRET = "browser-test-secret-key-long-enough-0123456789"
 HOW_TO_GET = "apt-get install -y chromium` and `pip install -e '.[test]'"
 STARTUP_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
@@ -159,26 +157,6 @@ def _browser_available() -> None:
 
 
 # --- a real server -----------------------------------------------------------------------
-
-
-def _server_env(settings: Mapping[str, str]) -> dict[str, str]:
-    """This process's environment without any authgate setting, plus `settings` (like
-    `clean_env` of tests/conftest.py)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("AUTHGATE_") and k not in ("DATABASE_URL", "CACHE_URL")
-    }
-    env["AUTHGATE_SECRET_KEY"] = SECRET
-    env.update(settings)
-    return env
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -254,12 +232,12 @@ async def serve_authgate(tmp_path: Path) -> AsyncIterator[ServeFactory]:
     async def start(
         env: Mapping[str, str] | None = None, *, data_dir: Path | None = None, workers: int = 1
     ) -> LiveServer:
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         data = data_dir or tmp_path / "data"
         logs = tmp_path / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        settings = {
+        settings: dict[str, str] = {
             "AUTHGATE_DATA_DIR": str(data),
             "AUTHGATE_COOKIE_SECURE": "false",
             "AUTHGATE_PUBLIC_URL": url,
@@ -280,7 +258,7 @@ async def serve_authgate(tmp_path: Path) -> AsyncIterator[ServeFactory]:
                     "--workers",
                     str(workers),
                 ],
-                env=_server_env(settings),
+                env=clean_env(settings),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
