@@ -5,6 +5,7 @@ Where a token travels (cookie, header, body) is `transport.py`'s business, not t
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -24,6 +25,8 @@ ALGORITHM = "HS256"
 #: RFC 9068 media type of JWT access tokens; a JWT without it is not an access token.
 ACCESS_TOKEN_TYP = "at+jwt"  # a media type  # noqa: S105  # nosec B105
 OPAQUE_TOKEN_BYTES = 32  # 256 bits
+#: Domain separation of the refresh-grace successors: their subkey and every message.
+_SUCCESSOR_LABEL = b"authgate/refresh-successor/v1"
 #: Ours are about 350 characters; anything much longer is not worth parsing.
 MAX_ACCESS_TOKEN_LENGTH = 2048
 #: Header parameters that would let a token pick its own key or demand extensions.
@@ -87,6 +90,8 @@ class Keys:
         self._csrf_verify_keys = [self._csrf_key] + [
             _derive(old, b"authgate/csrf/v1") for old in previous
         ]
+        #: The refresh-grace successor key (contract §8), current first.
+        self._successor_keys = [_derive(key, _SUCCESSOR_LABEL) for key in (secret, *previous)]
         self.issuer = issuer
         self.audience = audience
 
@@ -206,6 +211,19 @@ class Keys:
         claims: dict[str, Any] = complete["payload"]
         return header, claims
 
+    # --- refresh successors (refresh grace, contract §8) --------------------------------
+
+    def successor(self, parent: str) -> str:
+        """The refresh token that succeeds `parent` when refresh grace is on: derived under the
+        current key, so a repeated presentation of `parent` can re-derive it (only its digest
+        is stored). As long and as unguessable as `new_opaque_token()` without the key."""
+        return _successor(self._successor_keys[0], parent)
+
+    def successor_candidates(self, parent: str) -> list[str]:
+        """What `successor(parent)` was under the current key, then under each previous key
+        (a rotation of the secret key between a refresh and its replay)."""
+        return [_successor(key, parent) for key in self._successor_keys]
+
     # --- CSRF (signed double-submit, bound to the session) -------------------------------
 
     def issue_csrf(self, session_id: str) -> str:
@@ -227,6 +245,14 @@ class Keys:
     def _csrf_mac(self, session_id: str, nonce: str, key: bytes | None = None) -> str:
         msg = f"{session_id}.{nonce}".encode("utf-8", "surrogatepass")
         return hmac.new(key or self._csrf_key, msg, hashlib.sha256).hexdigest()
+
+
+def _successor(key: bytes, parent: str) -> str:
+    # HMAC-SHA256 over a domain-separated label and the parent, keyed by the successor subkey:
+    # 256 bits, URL-safe base64 without padding (the shape of `new_opaque_token()`).
+    msg = _SUCCESSOR_LABEL + b"\x00" + parent.encode("utf-8", "surrogatepass")
+    mac = hmac.new(key, msg, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode("ascii")
 
 
 def _derive(secret: bytes, label: bytes) -> bytes:
