@@ -327,6 +327,25 @@ async def test_forgot_password_from_the_sign_in_page_to_signed_in(
     watch.assert_clean()
 
 
+async def test_the_account_page_refreshes_in_the_browser_never_on_the_server(
+    serve_authgate: ServeFactory, browser_context: BrowserContext
+) -> None:
+    server = await serve_authgate({"AUTHGATE_ACCESS_TTL": "2"})
+    await api(server, "POST", "/register", json={"email": ANN, "password": PASSWORD})
+    page, watch = await watched(browser_context, server)
+    await sign_in(page, server, ANN, PASSWORD)
+    await page.wait_for_url(f"{server.url}/account")
+    await expect(page.locator("#profile-email")).to_have_text(ANN)
+    await page.wait_for_timeout(2500)  # the access token (and its cookie) expire
+    refreshes = server.access_count("POST", "/auth/refresh")
+    await page.reload()
+    await expect(page.locator("#profile-email")).to_have_text(ANN)
+    await expect(page.locator("#session-list > li")).to_have_count(1)
+    assert server.access_count("POST", "/auth/refresh") == refreshes + 1
+    assert server.access_count("GET", "/account") == 2  # no redirect: the page loaded
+    watch.assert_clean()
+
+
 # --- every page: 360 px, this origin only ------------------------------------------------------
 
 

@@ -182,14 +182,14 @@ class LinkPages:
         try:
             if link.purpose == "reset":
                 if form["new_password"] != form["confirm_password"]:
-                    return self._form(request, link, token, error="The passwords do not match.")
+                    return await self._again(request, link, token, "The passwords do not match.")
                 await self.gate.accounts.confirm_password_reset(token, form["new_password"])
             elif link.purpose == "verify":
                 await self.gate.accounts.confirm_verification(token)
             else:
                 await self.gate.self_service.confirm_email_change(token)
         except PasswordRejected as exc:
-            return self._form(request, link, token, error=exc.detail)
+            return await self._again(request, link, token, exc.detail)
         except InvalidOneTimeToken:
             # Which of the three, read-only (a token live again here is a race: invalid).
             status = await self.gate.accounts.token_status(link.purpose, token)
@@ -213,6 +213,14 @@ class LinkPages:
             status=200,
             link=(done_href, done_label),
         )
+
+    async def _again(self, request: Request, link: _Link, token: str, error: str) -> HTMLResponse:
+        """The form once more with `error` (422), while the link can still be used; else what
+        became of it (the password rules are checked before the token is)."""
+        status = await self.gate.accounts.token_status(link.purpose, token)
+        if status != "live":
+            return self._not_live(link, status)
+        return self._form(request, link, token, error=error)
 
     # --- outcomes ---------------------------------------------------------------------
 
