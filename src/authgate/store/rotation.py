@@ -8,7 +8,8 @@ one token exactly one matches a row; the others find it spent, which is reuse (R
 PostgreSQL runs the whole rotation as one autocommitted statement (data-modifying CTEs run
 exactly once and atomically with the statement: one round trip instead of BEGIN, statements
 and COMMIT). SQLite has no DML in CTEs; there the same statements run one by one inside the
-single writer's transaction.
+single writer's transaction. With refresh grace on, a spent token may be a replay instead of
+reuse (`grace.py`): asked only where reuse would be decided, so the rotation is unchanged.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from authgate.principal import NO_CLIENT, Client
 from authgate.store.db import Database
+from authgate.store.grace import Grace, replay
 from authgate.store.models import Base, RefreshToken, Session, User, UTCDateTime
 from authgate.store.sessions import SessionStore
 
@@ -168,6 +170,9 @@ class Outcome(enum.Enum):
     INVALID = "invalid"
     #: Spent before: its family is now revoked. `session_id` is set.
     REUSED = "reused"
+    #: Spent within the grace window, its successor unused: nothing written; hand out
+    #: `Grace.successors[successor]` again. `session_id`, `user_id`, `session_end` are set.
+    REPLAYED = "replayed"
     #: Live, but its session is over the per-session budget: not spent. `session_id` and
     #: `retry_after` (whole seconds, at least 1) are set.
     LIMITED = "limited"
@@ -182,6 +187,7 @@ class Rotation:
     user_id: int | None = None
     session_end: datetime | None = None
     retry_after: int = 0
+    successor: int = 0
 
 
 _INVALID = Rotation(Outcome.INVALID)
@@ -196,10 +202,11 @@ async def rotate(
     refresh_end: datetime,
     budget: RefreshBudget,
     client: Client = NO_CLIENT,
+    grace: Grace | None = None,
 ) -> Rotation:
     """Rotate the token with `token_digest` to one with `new_digest`, committed. The successor
     expires at `refresh_end`, or at its session's end if that comes first; the session
-    records `client` as where it was last used."""
+    records `client` as where it was last used. With `grace`, a spent token may be REPLAYED."""
     params: dict[str, Any] = {"token_digest": token_digest, "new_digest": new_digest, "now": now}
     params["refresh_end"] = refresh_end
     params["ip"] = client.ip
@@ -207,7 +214,7 @@ async def rotate(
     params.update(budget.params(now))
     if db.is_sqlite:
         async with db.write() as s:
-            return await _rotate_in(s, params, budget)
+            return await _rotate_in(s, params, budget, grace)
     async with db.autocommit() as conn:
         row = (await conn.execute(_ROTATE, params)).one_or_none()
     if row is not None:
@@ -218,16 +225,18 @@ async def rotate(
             row.expires_at,
         )
     async with db.write() as s:
-        return await _not_spent(s, token_digest, now, budget)
+        return await _not_spent(s, token_digest, now, budget, grace)
 
 
-async def _rotate_in(s: AsyncSession, params: dict[str, Any], budget: RefreshBudget) -> Rotation:
+async def _rotate_in(
+    s: AsyncSession, params: dict[str, Any], budget: RefreshBudget, grace: Grace | None
+) -> Rotation:
     """SQLite: the rotation's statements one by one, in the writer's transaction `s`."""
     now: datetime = params["now"]
     refresh_end: datetime = params["refresh_end"]
     session_id = (await s.execute(_SPEND, params)).scalar_one_or_none()
     if session_id is None:
-        return await _not_spent(s, params["token_digest"], now, budget)
+        return await _not_spent(s, params["token_digest"], now, budget, grace)
     await s.execute(_COUNT_ROTATION, {**params, "spent_session_id": session_id})
     # The session row exists: the token's foreign key cascades from it.
     row = (await s.execute(_STATE_OF, {"spent_session_id": session_id})).one()
@@ -252,9 +261,10 @@ async def _rotate_in(s: AsyncSession, params: dict[str, Any], budget: RefreshBud
 
 
 async def _not_spent(
-    s: AsyncSession, token_digest: bytes, now: datetime, budget: RefreshBudget
+    s: AsyncSession, token_digest: bytes, now: datetime, budget: RefreshBudget, grace: Grace | None
 ) -> Rotation:
-    """Why the spend matched nothing, in the write transaction `s`; reuse revokes the family."""
+    """Why the spend matched nothing, in the write transaction `s`; reuse revokes the family
+    unless, with `grace`, it is a replay."""
     sessions = SessionStore(s)
     owner = await sessions.refresh_owner(token_digest)
     if owner is None:
@@ -266,6 +276,9 @@ async def _not_spent(
         if retry_after is None:
             return _INVALID
         return Rotation(Outcome.LIMITED, session_id, retry_after=retry_after)
+    if grace is not None and (again := await replay(s, token_digest, grace, now)) is not None:
+        user_id, end = again.user_id, again.session_end
+        return Rotation(Outcome.REPLAYED, session_id, user_id, end, successor=again.successor)
     await sessions.revoke(session_id, now, "reuse")
     return Rotation(Outcome.REUSED, session_id)
 
