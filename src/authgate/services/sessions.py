@@ -20,6 +20,7 @@ from authgate.factors.emails import login_key
 from authgate.factors.password_rules import normalise
 from authgate.principal import Client, Principal, SessionState
 from authgate.services.context import Services
+from authgate.store.grace import Grace
 from authgate.store.rotation import Outcome, RefreshBudget, rotate
 from authgate.store.sessions import SessionStore, open_session
 from authgate.store.users import Credentials, credentials
@@ -41,6 +42,8 @@ class SessionService:
     def __init__(self, services: Services) -> None:
         self.sv = services
         self._budget = RefreshBudget(*services.config.refresh_budget())
+        #: Refresh grace in seconds; 0 is the strict rule (contract §4, §8).
+        self._grace = services.config.refresh_grace
         #: Bound once: authenticate passes it on every miss of the worker's copy.
         self._load_state = self._read_state
 
@@ -136,15 +139,25 @@ class SessionService:
             self.require_csrf(csrf, owner[0])
 
         now = self.sv.clock()
-        new_refresh = new_opaque_token()
+        if self._grace:
+            # Refresh grace (contract §8): the successor is derived from `token` under the
+            # server's key, so a replay re-derives it (under a previous key too, after a key
+            # rotation) and the store finds it by digest; only digests are stored.
+            candidates = self.sv.keys.successor_candidates(token)
+            grace = Grace(self._grace, [digest(c) for c in candidates])
+            new_refresh, new_digest = candidates[0], grace.successors[0]
+        else:
+            grace, new_refresh = None, new_opaque_token()
+            new_digest = digest(new_refresh)
         rotation = await rotate(
             self.sv.db,
             token_digest,
-            digest(new_refresh),
+            new_digest,
             now=now,
             refresh_end=self._refresh_end(now, None),
             budget=self._budget,
             client=Client.of(client_ip, user_agent),
+            grace=grace,
         )
         outcome, session_id = rotation.outcome, rotation.session_id
         if outcome is Outcome.ROTATED:
@@ -153,6 +166,15 @@ class SessionService:
             assert session_id is not None
             events.emit("refreshed", user_id=user_id, session_id=session_id)
             return self._issue(user_id, session_id, new_refresh, now, rotation.session_end)
+        if outcome is Outcome.REPLAYED:
+            # Spent within the window, its successor unused: that same successor again (never
+            # a second branch), with a new access token of the same session.
+            user_id = rotation.user_id
+            assert user_id is not None  # set when REPLAYED, as session_id is
+            assert session_id is not None
+            events.emit("refresh_replayed", user_id=user_id, session_id=session_id)
+            successor = candidates[rotation.successor]
+            return self._issue(user_id, session_id, successor, now, rotation.session_end)
         if outcome is Outcome.REUSED:
             # RFC 9700 §4.14.2: a rotated token presented again means it leaked; the store
             # revoked the whole family, the legitimate holder's newest token too.
