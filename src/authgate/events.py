@@ -3,12 +3,8 @@
 Every record goes to the `authgate.events` logger with the message set to the event name and
 `record.authgate` set to a flat dict of fixed keys:
 
-    event       registered | login_succeeded | login_failed | refreshed | refresh_reused |
-                refresh_failed | logged_out | password_reset_requested |
-                password_reset_completed | verification_requested | verification_completed |
-                deactivated | activated | session_revoked | password_changed |
-                email_change_requested | email_change_completed | account_deleted
-                (a failed self-service step is its event with outcome "failure")
+    event       one of `EVENT_NAMES` (a failed self-service step is its own event with
+                outcome "failure")
     outcome     success | failure
     user_id     the account concerned, when known
     session_id  the token family, when one is concerned (an identifier, not a credential)
@@ -30,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
+    "EVENT_NAMES",
     "AccessLogFilter",
     "JsonFormatter",
     "RequestContext",
@@ -41,6 +38,32 @@ __all__ = [
 ]
 
 logger = logging.getLogger("authgate.events")
+
+#: Every event there is; `emit` refuses any other name (a typo would be a silent hole in the
+#: audit trail).
+EVENT_NAMES = frozenset(
+    {
+        "registered",
+        "login_succeeded",
+        "login_failed",
+        "refreshed",
+        "refresh_replayed",
+        "refresh_reused",
+        "refresh_failed",
+        "logged_out",
+        "password_reset_requested",
+        "password_reset_completed",
+        "verification_requested",
+        "verification_completed",
+        "deactivated",
+        "activated",
+        "session_revoked",
+        "password_changed",
+        "email_change_requested",
+        "email_change_completed",
+        "account_deleted",
+    }
+)
 
 
 class RequestContext:
@@ -65,6 +88,8 @@ def emit(
     session_id: str | None = None,
     reason: str | None = None,
 ) -> None:
+    if event not in EVENT_NAMES:
+        raise ValueError(f"unknown event {event!r}")
     record: dict[str, Any] = {"event": event, "outcome": outcome}
     if user_id is not None:
         record["user_id"] = user_id

@@ -14,24 +14,11 @@ import pytest
 from sqlalchemy import select
 
 from authgate import create_app
-from authgate.events import JsonFormatter
+from authgate.events import EVENT_NAMES, JsonFormatter, emit
 from authgate.store.db import Database
 from authgate.store.models import User
 from tests.helpers import PASSWORD, Backend, FakeClock, Outbox, bearer, make_config, running
 
-EVENTS = {
-    "registered",
-    "login_succeeded",
-    "login_failed",
-    "refreshed",
-    "refresh_reused",
-    "logged_out",
-    "password_reset_requested",
-    "password_reset_completed",
-    "verification_requested",
-    "verification_completed",
-    "deactivated",
-}
 EMAIL = "ann@example.com"
 WRONG_PASSWORD = "not the right one"
 NEW_PASSWORD = "a brand new passphrase"
@@ -98,7 +85,7 @@ class Recorder:
         record = next(r for r in records if r.authgate["event"] == event)  # type: ignore[attr-defined]
         fields: dict[str, Any] = record.authgate  # type: ignore[attr-defined]
         assert record.getMessage() == event
-        assert fields["event"] in EVENTS
+        assert fields["event"] in EVENT_NAMES
         assert fields["outcome"] in ("success", "failure")
         expected_level = logging.INFO if fields["outcome"] == "success" else logging.WARNING
         assert record.levelno == expected_level
@@ -322,3 +309,8 @@ async def test_user_agent_is_bounded_in_events(
     # A request id that does not fit the pattern is replaced, not logged as given.
     assert fields["request_id"] != "bad id with spaces"
     assert r.headers["x-request-id"] == fields["request_id"]
+
+
+def test_an_unknown_event_name_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown event"):
+        emit("loggedin")

@@ -69,7 +69,9 @@ def self_service_router(gate: AuthGate) -> APIRouter:
         no_store(response)
         return response
 
-    @router.delete("/sessions", response_model=RevokedResponse, responses=error_responses(401, 403))
+    @router.delete(
+        "/sessions", response_model=RevokedResponse, responses=error_responses(401, 403, 503)
+    )
     async def revoke_other_sessions(request: Request, response: Response) -> Any:
         user, current = await authenticated_session(gate, request)
         no_store(response)
@@ -126,7 +128,7 @@ def self_service_router(gate: AuthGate) -> APIRouter:
         await service.confirm_email_change(body.token)
         return MessageResponse(message="The email address has been changed.")
 
-    @router.delete("/me", status_code=204, responses=error_responses(401, 403, 413, 429, 503))
+    @router.delete("/me", status_code=204, responses=error_responses(400, 401, 403, 413, 429, 503))
     async def delete_me(body: AccountDeletion, request: Request) -> Response:
         user, _ = await authenticated_session(gate, request)
         await service.delete_account(user, body.password, client_ip=client_ip(request))
