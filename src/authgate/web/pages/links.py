@@ -14,8 +14,9 @@ form again), 429/503 with `Retry-After`.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from authgate.web.pages.rendering import Pages
 
 __all__ = ["LinkPages"]
+
+_Handler = Callable[[Request], Awaitable[Response]]
 
 #: Longest field values a person could honestly send (passwords are at most 72 bytes; a
 #: longer one gets the rules' own 422).
@@ -114,7 +117,7 @@ class LinkPages:
 
     # --- GET and HEAD: look, never touch ------------------------------------------------
 
-    def _show(self, link: _Link) -> Any:
+    def _show(self, link: _Link) -> _Handler:
         async def show(request: Request) -> Response:
             given = request.query_params.getlist("token")
             token = one_time_token(given[0]) if len(given) == 1 else None
@@ -145,7 +148,7 @@ class LinkPages:
 
     # --- POST: a person's click spends the link -----------------------------------------
 
-    def _submit(self, link: _Link) -> Any:
+    def _submit(self, link: _Link) -> _Handler:
         limits = {"token": _TOKEN_LEN, "csrf": _CSRF_LEN}
         if link.purpose == "reset":
             limits |= {"new_password": _PASSWORD_LEN, "confirm_password": _PASSWORD_LEN}
