@@ -31,6 +31,10 @@ def _config() -> AuthConfig:
         config = ensure_secret_key(AuthConfig())
         # A broken AUTHGATE_TEMPLATES_DIR is one line here, not a traceback in every worker.
         check_templates(config.templates_dir)
+        if config.pages:
+            from authgate.web.pages import check_page_templates  # the web stack: only then
+
+            check_page_templates(config.templates_dir)
         return config
     except ValidationError as exc:
         problems = "; ".join(
