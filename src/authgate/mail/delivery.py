@@ -133,8 +133,10 @@ class Mailer:
         msg["From"] = self.mail_from
         msg["To"] = email
         msg["Subject"] = mail.subject
-        msg.set_content(mail.text)
-        msg.add_alternative(mail.html, subtype="html")
+        # ASCII copy goes as it is (lines stay far under SMTP's 998): a link is never cut by
+        # quoted-printable soft breaks, for mail tools that show the raw message.
+        msg.set_content(mail.text, cte=_cte(mail.text))
+        msg.add_alternative(mail.html, subtype="html", cte=_cte(mail.html))
         return msg
 
 
@@ -194,3 +196,10 @@ def make_notices(config: AuthConfig) -> Notices | None:
     """Notices over SMTP, or None when `AUTHGATE_SMTP_URL` is unset (there are no others)."""
     mailer = Mailer.from_config(config)
     return None if mailer is None else Notices(mailer)
+
+
+def _cte(text: str) -> str | None:
+    """7bit for ASCII text whose lines fit SMTP's limit; otherwise the library's choice."""
+    if text.isascii() and all(len(line) < 990 for line in text.splitlines()):
+        return "7bit"
+    return None
