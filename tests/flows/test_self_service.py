@@ -24,6 +24,7 @@ from tests.helpers import (
     FakeClock,
     Outbox,
     SmtpSink,
+    assert_error,
     bearer,
     login,
     make_config,
@@ -34,11 +35,6 @@ from tests.helpers import (
 ANN = "ann@example.com"
 BOB = "bob@example.com"
 NEW_PASSWORD = "a brand new passphrase"
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> None:
-    assert response.status_code == status, response.text
-    assert response.json()["code"] == code, response.text
 
 
 def no_store(response: httpx.Response) -> bool:
