@@ -305,14 +305,25 @@ async def test_password_change_keeps_this_session_and_shuts_out_the_old_password
     backend: Backend, clock: FakeClock, outbox: Outbox, smtp_sink: SmtpSink
 ) -> None:
     async with gate_and_client(
-        backend, clock, password_reset_send_fn=outbox, smtp_url=smtp_sink.url
+        backend,
+        clock,
+        password_reset_send_fn=outbox,
+        email_change_send_fn=outbox,
+        smtp_url=smtp_sink.url,
     ) as (_, client):
         await register(client)
         mine = await login(client)
         other = await login(client)
-        # A reset link mailed before the change must die with it.
+        # A reset link and an email-change link mailed before the change must die with it.
         await client.post("/auth/password-reset", json={"email": ANN})
         [(_, reset_token)] = await outbox.wait_for(1)
+        change_request = await client.post(
+            "/auth/email-change",
+            json={"new_email": "elsewhere@example.com", "password": PASSWORD},
+            headers=bearer(mine["access_token"]),
+        )
+        assert change_request.status_code == 202, change_request.text
+        [_, (_, change_token)] = await outbox.wait_for(2)
         response = await client.post(
             "/auth/password-change",
             json={"current_password": PASSWORD, "new_password": NEW_PASSWORD},
@@ -344,7 +355,11 @@ async def test_password_change_keeps_this_session_and_shuts_out_the_old_password
             json={"token": reset_token, "new_password": "yet another passphrase"},
         )
         assert_error(confirm, 400, "invalid_token")
-        [notice] = await smtp_sink.wait_for(1)
+        moved = await client.post("/auth/email-change/confirm", json={"token": change_token})
+        assert_error(moved, 400, "invalid_token")
+        # The email-change request's notice and the password change's, in either order.
+        notices = await smtp_sink.wait_for(2)
+        [notice] = [m for m in notices if "password" in m["Subject"].lower()]
     assert notice["To"] == ANN
     assert "password" in notice["Subject"].lower()
     text = notice.get_body(("plain",)).get_content()  # type: ignore[union-attr]
