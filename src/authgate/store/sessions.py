@@ -218,13 +218,7 @@ class SessionStore:
         condition = [Session.user_id == user_id, Session.revoked_at.is_(None)]
         if keep is not None:
             condition.append(Session.id != keep)
-        result = await self.s.execute(
-            update(Session)
-            .where(*condition)
-            .values(revoked_at=now, revoke_reason=reason)
-            .returning(Session.id)
-        )
-        return list(result.scalars())
+        return await self._revoke_where(condition, now, reason)
 
     async def live(self, user_id: int, now: datetime) -> list[SessionInfo]:
         """The user's live sessions, newest first: not revoked, not past their end, and
@@ -260,6 +254,9 @@ class SessionStore:
             condition.append(Session.id == session_id)
         if keep is not None:
             condition.append(Session.id != keep)
+        return await self._revoke_where(condition, now, reason)
+
+    async def _revoke_where(self, condition: list[Any], now: datetime, reason: str) -> list[str]:
         result = await self.s.execute(
             update(Session)
             .where(*condition)
