@@ -21,9 +21,13 @@ from authgate.config import AuthConfig
 from authgate.datadir import ensure_secret_key
 from authgate.factors.hashing import PasswordHashing
 from authgate.factors.password_rules import common_passwords
+from authgate.factors.sealing import Sealer
 from authgate.mail.delivery import make_notices, make_senders
 from authgate.services.accounts import AccountService
+from authgate.services.assurance import Assurance
 from authgate.services.context import Background, Clock, Services, utcnow
+from authgate.services.mfa import MfaService
+from authgate.services.passkeys import PasskeyService
 from authgate.services.self_service import SelfService
 from authgate.services.sessions import SessionService
 from authgate.store.db import Database, upgrade_schema
@@ -40,13 +44,18 @@ from authgate.web.routes import (
     client_router,
     email_router,
     health_router,
+    mfa_router,
+    passkeys_router,
     self_service_router,
 )
-from authgate.web.transport import rate_limit_address
+from authgate.web.transport import rate_limit_address, trusted_networks
 
 __all__ = ["AuthGate", "create_app"]
 
 logger = logging.getLogger("authgate")
+
+#: The sealing key's label: changing it would make every stored TOTP secret unreadable.
+TOTP_SEAL_LABEL = b"authgate/totp-secret/v1"
 
 try:
     __version__ = version("authgate")
@@ -83,6 +92,7 @@ class AuthGate:
             senders=make_senders(cfg),
             notices=make_notices(cfg),
             background=Background(),
+            sealer=Sealer(cfg.secret(), cfg.previous_secrets(), label=TOTP_SEAL_LABEL),
             clock=clock,
             session_states=self.cache.session_states(
                 prefix=cfg.cache_prefix,
@@ -96,6 +106,9 @@ class AuthGate:
         self.sessions = SessionService(self.services)
         self.accounts = AccountService(self.services)
         self.self_service = SelfService(self.services)
+        self.assurance = Assurance(self.services, self.sessions)
+        self.mfa = MfaService(self.services, self.assurance)
+        self.passkeys = PasskeyService(self.services, self.assurance)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
@@ -123,6 +136,8 @@ class AuthGate:
         app.include_router(auth_router(self))
         app.include_router(email_router(self))
         app.include_router(self_service_router(self))
+        app.include_router(mfa_router(self))
+        app.include_router(passkeys_router(self))
         app.include_router(client_router(self))
         if self.config.pages:
             app.include_router(pages_router(self))
@@ -142,7 +157,7 @@ class AuthGate:
         app.add_middleware(
             RequestGuard,
             max_body_bytes=self.config.max_body_bytes,
-            trusted_proxies=self.config.trusted_networks(),
+            trusted_proxies=trusted_networks(self.config),
         )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from ipaddress import IPv4Network, IPv6Network, ip_network
+from ipaddress import ip_network
 from pathlib import Path
 from typing import Any, Literal
 
@@ -117,6 +117,14 @@ class AuthConfig(BaseSettings):
     cors_origins: str = ""
     cache_prefix: str = "authgate:"
 
+    #: Wrong second-factor codes (TOTP or recovery) per account; over it the second step
+    #: answers 429 until the window ends (contract §9: 5 in 15 minutes).
+    mfa_failure_limit: str = "5/15minutes"
+    #: The WebAuthn relying party id; unset: the host of `public_url`.
+    webauthn_rp_id: str | None = None
+    #: Comma-separated origins passkey ceremonies may come from; unset: `public_url`'s origin.
+    webauthn_origins: str = ""
+
     jwt_issuer: str = "authgate"
     jwt_audience: str = "authgate"
     #: HS256 (key derived from the secret key), or EdDSA / ES256 with a published JWKS.
@@ -196,6 +204,7 @@ class AuthConfig(BaseSettings):
         "verify_limit_per_ip",
         "email_change_limit_per_account",
         "refresh_limit_per_session",
+        "mfa_failure_limit",
     )
     @classmethod
     def _check_limit(cls, value: str) -> str:
@@ -217,7 +226,7 @@ class AuthConfig(BaseSettings):
             return 2**31 - 1, item.get_expiry()
         return item.amount, item.get_expiry()
 
-    @field_validator("cors_origins", "allowed_redirect_origins")
+    @field_validator("cors_origins", "allowed_redirect_origins", "webauthn_origins")
     @classmethod
     def _check_origins(cls, value: str) -> str:
         for origin in value.split(","):
@@ -253,7 +262,7 @@ class AuthConfig(BaseSettings):
                     )
         return value
 
-    @field_validator("database_url", "cache_url", "cookie_domain")
+    @field_validator("database_url", "cache_url", "cookie_domain", "webauthn_rp_id")
     @classmethod
     def _empty_is_unset(cls, value: str | None) -> str | None:
         return value or None
@@ -283,16 +292,6 @@ class AuthConfig(BaseSettings):
     def docs_enabled(self) -> bool:
         return self.embedded if self.docs is None else self.docs
 
-    def trusted_networks(self) -> tuple[IPv4Network | IPv6Network, ...]:
-        networks = (
-            ip_network(part.strip(), strict=False)
-            for part in self.trusted_proxies.split(",")
-            if part.strip()
-        )
-        # Client addresses are compared in IPv4 form (`::ffff:10.0.0.1` is 10.0.0.1), so an
-        # IPv4-mapped entry is taken as the IPv4 network it names.
-        return tuple(_unmapped(network) for network in networks)
-
     def describe(self) -> dict[str, Any]:
         """Settings safe to log: no secret, no password in a URL."""
         return {
@@ -309,14 +308,3 @@ def _weak(key: str) -> bool:
 
 class ConfigError(ValueError):
     """A configuration that authgate refuses to start with; the message says what to change."""
-
-
-_MAPPED_V4 = IPv6Network("::ffff:0:0/96")
-
-
-def _unmapped(network: IPv4Network | IPv6Network) -> IPv4Network | IPv6Network:
-    if isinstance(network, IPv6Network) and network.subnet_of(_MAPPED_V4):
-        mapped = network.network_address.ipv4_mapped
-        assert mapped is not None
-        return IPv4Network((mapped, network.prefixlen - 96))
-    return network

@@ -11,6 +11,7 @@ strings: no message ever interpolates a secret, a token or a password.
     │   ├── InvalidCredentials           invalid_credentials
     │   ├── NotAuthenticated             not_authenticated
     │   ├── InvalidRefreshToken          invalid_refresh_token
+    │   ├── MfaRequired                  mfa_required
     │   └── RefreshTokenReused           refresh_token_reused
     ├── Forbidden (403)
     │   └── CsrfFailed                   csrf_failed
@@ -37,6 +38,7 @@ __all__ = [
     "InvalidCredentials",
     "InvalidOneTimeToken",
     "InvalidRefreshToken",
+    "MfaRequired",
     "NotAuthenticated",
     "NotConfigured",
     "NotFound",
@@ -89,6 +91,14 @@ class NotAuthenticated(Unauthorized):
 class InvalidRefreshToken(Unauthorized):
     code = "invalid_refresh_token"
     detail = "The refresh token is invalid, expired or revoked."
+
+
+class MfaRequired(Unauthorized):
+    """An `aal1` session of a user with a second factor, on a route other than the second
+    step, logout and the passkey assertion (contract §9)."""
+
+    code = "mfa_required"
+    detail = "A second factor is required: complete the second step of the sign-in."
 
 
 class RefreshTokenReused(Unauthorized):

@@ -9,6 +9,7 @@ Every record goes to the `authgate.events` logger with the message set to the ev
     user_id     the account concerned, when known
     session_id  the token family, when one is concerned (an identifier, not a credential)
     reason      a fixed word for failures (unknown_email, wrong_password, inactive, ...)
+    factor      the second factor concerned: totp, recovery_code or passkey
     request_id, client_ip, user_agent   from the HTTP request, when there is one
 
 No value is ever a password, token or token digest: callers pass only the fields above.
@@ -62,6 +63,16 @@ EVENT_NAMES = frozenset(
         "email_change_requested",
         "email_change_completed",
         "account_deleted",
+        # Second factors (contract §9, §10); `factor` says which: totp, recovery_code, passkey.
+        "factor_enrolled",
+        "factor_removed",
+        "mfa_verified",
+        "mfa_failed",
+        "recovery_code_used",
+        "recovery_codes_regenerated",
+        "passkey_registered",
+        "passkey_used",
+        "passkey_renamed",
     }
 )
 
@@ -87,6 +98,7 @@ def emit(
     user_id: int | None = None,
     session_id: str | None = None,
     reason: str | None = None,
+    factor: str | None = None,
 ) -> None:
     if event not in EVENT_NAMES:
         raise ValueError(f"unknown event {event!r}")
@@ -97,6 +109,8 @@ def emit(
         record["session_id"] = session_id
     if reason is not None:
         record["reason"] = reason
+    if factor is not None:
+        record["factor"] = factor
     ctx = request_context.get()
     if ctx is not None:
         record["request_id"] = ctx.request_id

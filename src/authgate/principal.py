@@ -13,10 +13,19 @@ principal cannot leak a credential, and nothing can mistake it for a row to writ
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 
-__all__ = ["NO_CLIENT", "Client", "Principal", "SessionInfo", "SessionState"]
+__all__ = [
+    "NO_CLIENT",
+    "PASSWORD",
+    "Client",
+    "Level",
+    "Principal",
+    "SessionInfo",
+    "SessionState",
+]
 
 #: Longest user agent kept for a session (contract §5); longer ones are cut.
 MAX_USER_AGENT = 256
@@ -34,6 +43,41 @@ class Principal:
     email_verified: bool
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    """How strongly a session's user was authenticated (contract §9; NIST SP 800-63B assurance
+    levels, RFC 8176 method references). Sessions store it; access tokens carry it as the
+    `aal` and `amr` claims, and `"mfa": "pending"` while `pending`.
+
+    `pending`: an `aal1` session of a user with a second factor. Until the second step raises
+    it to `aal2`, only that step and logout accept its tokens (`mfa_required` elsewhere).
+    """
+
+    aal: int
+    amr: tuple[str, ...]
+    pending: bool = False
+
+    @property
+    def stored_amr(self) -> str:
+        """`amr` as the session row keeps it: the methods separated by spaces."""
+        return " ".join(self.amr)
+
+    @staticmethod
+    def of(aal: int, amr: str, pending: bool) -> Level:
+        """The level of a session row (shared instances: rows repeat a few levels)."""
+        return _level(int(aal), amr, bool(pending))
+
+
+@functools.lru_cache(maxsize=64)
+def _level(aal: int, amr: str, pending: bool) -> Level:
+    return Level(aal, tuple(amr.split()), pending)
+
+
+#: A password login of a user without a second factor; also every session older than
+#: migration 0005.
+PASSWORD = Level(1, ("pwd",))
 
 
 @dataclass(frozen=True, slots=True)

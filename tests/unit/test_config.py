@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from authgate import AuthConfig
+from authgate.web.transport import trusted_networks
 from tests.helpers import TEST_SECRET
 
 SECRET = "a-secret-key-that-is-long-enough-0123456789"
@@ -246,7 +247,7 @@ def test_previous_keys_must_be_long_enough() -> None:
 
 def test_mapped_trusted_proxy_entries_are_ipv4() -> None:
     config = AuthConfig(trusted_proxies="::ffff:10.0.0.0/104, 10.1.2.3, ::1")
-    assert config.trusted_networks() == (
+    assert trusted_networks(config) == (
         ip_network("10.0.0.0/8"),
         ip_network("10.1.2.3/32"),
         ip_network("::1/128"),

@@ -17,7 +17,9 @@ an address:
   exactly the budget;
 - `REGISTER_PER_IP`, `RESET_PER_IP`, `VERIFY_PER_IP`: those requests per client address;
 - `RESET_PER_ACCOUNT`: password-reset requests per account: over the limit the answer is the
-  same 200 and no mail goes out, so the limit is no oracle.
+  same 200 and no mail goes out, so the limit is no oracle;
+- `MFA_FAILURES_PER_ACCOUNT`: wrong second-factor codes per account (`reserve`): over it the
+  account's second step answers 429 until the window ends.
 
 `limits.parse` only reads the "N/period" notation of the settings.
 """
@@ -67,6 +69,7 @@ class Policy(Enum):
     RESET_PER_ACCOUNT = ("reset_per_account", "reset_limit_per_account", False)
     VERIFY_PER_IP = ("verify_per_ip", "verify_limit_per_ip", True)
     EMAIL_CHANGE_PER_ACCOUNT = ("email_change_per_account", "email_change_limit_per_account", False)
+    MFA_FAILURES_PER_ACCOUNT = ("mfa_failures_per_account", "mfa_failure_limit", False)
 
     def __init__(self, key: str, setting: str, per_ip: bool) -> None:
         self.key = key
@@ -179,6 +182,21 @@ class RateLimiter:
             await attempt.give_back()
             raise
         return attempt
+
+    async def reserve(self, policy: Policy, key: str) -> LoginAttempt:
+        """Reserve one failure slot of `policy` for `key` before an attempt is checked; raise
+        `RateLimited` when none is left. Keep it for a failure (do nothing), `give_back()` it
+        when the attempt succeeded or was no attempt: a concurrent burst tests exactly the
+        budget, and successes never use it up."""
+        store = self._store
+        if store is None:
+            return LoginAttempt(None, [], ())
+        budget, now = self._budgets[policy.key], self._clock()
+        counter = self._key(policy.key, key)
+        got = await store.hit(counter, limit=budget.amount, window=budget.window, now=now)
+        if not got.allowed:
+            raise RateLimited(got.retry_after(now))
+        return LoginAttempt(store, [(counter, got.window_end)], (counter,))
 
     def _key(self, name: str, *parts: str) -> str:
         # A fixed-length keyed digest: nothing personal in the store, nothing a guessed email

@@ -11,6 +11,8 @@ What each template is given (every value a string):
     reset, verify, email_change    link (carrying the token; email_change goes to the new address)
     password_changed               changed_at
     email_change_requested         new_email (the notice goes to the current address)
+    factor_added, factor_removed   factor ("an authenticator app", "a passkey"), changed_at
+    recovery_code_used             changed_at, remaining (recovery codes left, as digits)
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ __all__ = ["MailName", "NoticeKind", "Purpose", "RenderedMail", "check_templates
 Purpose = Literal["reset", "verify", "email_change"]
 #: Notices: never a token, never a link with one. A new kind is one name here and its two
 #: templates.
-NoticeKind = Literal["password_changed", "email_change_requested"]
+NoticeKind = Literal[
+    "password_changed",
+    "email_change_requested",
+    "factor_added",
+    "factor_removed",
+    "recovery_code_used",
+]
 MailName = Purpose | NoticeKind
 
 _DEFAULT_PRODUCT_NAME: str = AuthConfig.model_fields["product_name"].default

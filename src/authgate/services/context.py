@@ -16,6 +16,7 @@ from authgate.cache.ratelimit import RateLimiter
 from authgate.cache.state import DatabaseStates, SessionStates
 from authgate.config import AuthConfig
 from authgate.factors.hashing import PasswordHashing
+from authgate.factors.sealing import Sealer
 from authgate.mail.delivery import MailSender, Notices, Purpose
 from authgate.store.db import Database
 from authgate.tokens.keys import Keys
@@ -73,6 +74,8 @@ class Services:
     limiter: RateLimiter
     senders: dict[Purpose, MailSender | None]
     background: Background
+    #: Seals the TOTP secrets (AES-GCM under a key derived from the secret key).
+    sealer: Sealer
     #: Notice mails (password changed, email change requested); None without SMTP.
     notices: Notices | None = None
     clock: Clock = utcnow

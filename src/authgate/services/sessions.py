@@ -12,13 +12,14 @@ from authgate.errors import (
     CsrfFailed,
     InvalidCredentials,
     InvalidRefreshToken,
+    MfaRequired,
     NotAuthenticated,
     RateLimited,
     RefreshTokenReused,
 )
 from authgate.factors.emails import login_key
 from authgate.factors.password_rules import normalise
-from authgate.principal import Client, Principal, SessionState
+from authgate.principal import PASSWORD, Client, Level, Principal, SessionState
 from authgate.services.context import Services
 from authgate.store.grace import Grace
 from authgate.store.rotation import Outcome, RefreshBudget, rotate
@@ -26,7 +27,10 @@ from authgate.store.sessions import SessionStore, open_session
 from authgate.store.users import Credentials, credentials
 from authgate.tokens.keys import AccessClaims, TokenError, digest, new_opaque_token, new_session_id
 
-__all__ = ["IssuedTokens", "SessionService"]
+__all__ = ["PASSWORD_PENDING", "IssuedTokens", "SessionService"]
+
+#: A password login of a user with a second factor: `aal1` until the second step.
+PASSWORD_PENDING = Level(1, ("pwd",), pending=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +93,9 @@ class SessionService:
         session_id = new_session_id()
         session_end = now + timedelta(seconds=cfg.session_max_age) if cfg.session_max_age else None
         refresh = new_opaque_token()
-        refresh_end = self._refresh_end(now, session_end)
+        refresh_end = self.refresh_end(now, session_end)
+        # A user with a second factor gets an `aal1` session that waits for it (contract §9).
+        level = PASSWORD_PENDING if user.has_factor else PASSWORD
         new_hash = None
         if self.sv.hashing.needs_rehash(user.password_hash):
             new_hash = await self.sv.hashing.hash(candidate)
@@ -107,6 +113,7 @@ class SessionService:
             refresh_end=refresh_end,
             client=Client.of(client_ip, user_agent),
             new_hash=new_hash,
+            level=level,
         )
         if not opened:
             events.emit(
@@ -117,7 +124,7 @@ class SessionService:
             )
             raise InvalidCredentials()
         events.emit("login_succeeded", user_id=user.user_id, session_id=session_id)
-        return self._issue(user.user_id, session_id, refresh, now, session_end)
+        return self.issue(user.user_id, session_id, refresh, now, session_end, level)
 
     async def refresh(
         self,
@@ -154,7 +161,7 @@ class SessionService:
             token_digest,
             new_digest,
             now=now,
-            refresh_end=self._refresh_end(now, None),
+            refresh_end=self.refresh_end(now, None),
             budget=self._budget,
             client=Client.of(client_ip, user_agent),
             grace=grace,
@@ -165,7 +172,8 @@ class SessionService:
             assert user_id is not None  # set when ROTATED, as session_id is
             assert session_id is not None
             events.emit("refreshed", user_id=user_id, session_id=session_id)
-            return self._issue(user_id, session_id, new_refresh, now, rotation.session_end)
+            end = rotation.session_end
+            return self.issue(user_id, session_id, new_refresh, now, end, rotation.level)
         if outcome is Outcome.REPLAYED:
             # Spent within the window, its successor unused: that same successor again (never
             # a second branch), with a new access token of the same session.
@@ -174,7 +182,8 @@ class SessionService:
             assert session_id is not None
             events.emit("refresh_replayed", user_id=user_id, session_id=session_id)
             successor = candidates[rotation.successor]
-            return self._issue(user_id, session_id, successor, now, rotation.session_end)
+            end = rotation.session_end
+            return self.issue(user_id, session_id, successor, now, end, rotation.level)
         if outcome is Outcome.REUSED:
             # RFC 9700 §4.14.2: a rotated token presented again means it leaked; the store
             # revoked the whole family, the legitimate holder's newest token too.
@@ -215,8 +224,12 @@ class SessionService:
         for sid in revoked:
             events.emit("logged_out", session_id=sid)
 
-    async def authenticate(self, access_token: str) -> tuple[Principal, AccessClaims]:
-        """The active user behind a valid access token of a live session, or NotAuthenticated."""
+    async def authenticate(
+        self, access_token: str, *, allow_pending: bool = False
+    ) -> tuple[Principal, AccessClaims]:
+        """The active user behind a valid access token of a live session, or NotAuthenticated.
+        `MfaRequired` for a session waiting for its second step, unless `allow_pending` (the
+        second step itself, contract §9)."""
         now = self.sv.clock()
         try:
             claims = self.sv.keys.verify_access(access_token, now=now)
@@ -232,6 +245,8 @@ class SessionService:
             raise NotAuthenticated()
         if not state.principal.is_active:
             raise NotAuthenticated()
+        if claims.level.pending and not allow_pending:
+            raise MfaRequired()
         return state.principal, claims
 
     async def _read_state(self, session_id: str, user_id: int) -> SessionState | None:
@@ -244,29 +259,32 @@ class SessionService:
         the session acted on (signed double submit, OWASP CSRF Cheat Sheet), else `CsrfFailed`.
 
         Checked here, not at the edge: the session is the service's to resolve (a refresh
-        token's session is only known from the store), and the value is issued here (`_issue`).
+        token's session is only known from the store), and the value is issued here (`issue`).
         The edge keeps the transport half: the header must equal the cookie."""
         if not self.sv.keys.check_csrf(csrf, session_id):
             raise CsrfFailed()
 
-    def _refresh_end(self, now: datetime, session_end: datetime | None) -> datetime:
+    def refresh_end(self, now: datetime, session_end: datetime | None) -> datetime:
         end = now + timedelta(seconds=self.sv.config.refresh_ttl)
         return min(end, session_end) if session_end is not None else end
 
-    def _issue(
+    def issue(
         self,
         user_id: int,
         session_id: str,
         refresh: str,
         now: datetime,
         session_end: datetime | None,
+        level: Level,
     ) -> IssuedTokens:
+        """The tokens a client gets for `refresh`: an access token of the session at `level`
+        (shorter than the session's rest) and a CSRF value bound to the session."""
         ttl = self.sv.config.access_ttl
         if session_end is not None:
             ttl = max(1, min(ttl, int((session_end - now).total_seconds())))
         return IssuedTokens(
             access_token=self.sv.keys.issue_access(
-                user_id=user_id, session_id=session_id, now=now, ttl=ttl
+                user_id=user_id, session_id=session_id, now=now, ttl=ttl, level=level
             ),
             refresh_token=refresh,
             csrf_token=self.sv.keys.issue_csrf(session_id),

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import LargeBinary, Table, bindparam, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from authgate.principal import Level
 from authgate.store.models import Base, RefreshToken, Session, User, UTCDateTime
 
 __all__ = ["Grace", "Replay", "replay"]
@@ -36,7 +37,14 @@ _now = bindparam("now", type_=UTCDateTime())
 #: its successor: same family, unused, unexpired; the session live, its user active and on the
 #: credentials it opened under (what a rotation requires too).
 _REPLAY = (
-    select(_successor.c.digest, _sessions.c.user_id, _sessions.c.expires_at)
+    select(
+        _successor.c.digest,
+        _sessions.c.user_id,
+        _sessions.c.expires_at,
+        _sessions.c.aal,
+        _sessions.c.amr,
+        _sessions.c.mfa_pending,
+    )
     .select_from(
         _parent.join(_successor, _successor.c.session_id == _parent.c.session_id)
         .join(_sessions, _sessions.c.id == _parent.c.session_id)
@@ -73,6 +81,7 @@ class Replay:
     user_id: int
     session_end: datetime | None
     successor: int
+    level: Level
 
 
 async def replay(
@@ -92,4 +101,5 @@ async def replay(
         return None
     # Which candidate matched (digests compared in constant time, as every secret is).
     found = next(i for i, d in enumerate(grace.successors) if hmac.compare_digest(d, row.digest))
-    return Replay(row.user_id, row.expires_at, found)
+    level = Level.of(row.aal, row.amr, row.mfa_pending)
+    return Replay(row.user_id, row.expires_at, found, level)

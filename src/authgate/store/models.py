@@ -15,13 +15,26 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    SmallInteger,
     String,
     TypeDecorator,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "OneTimeToken", "RateLimitCounter", "RefreshToken", "Session", "User"]
+__all__ = [
+    "Base",
+    "OneTimeToken",
+    "Passkey",
+    "RateLimitCounter",
+    "RecoveryCode",
+    "RefreshToken",
+    "Session",
+    "TotpFactor",
+    "User",
+    "WebAuthnChallenge",
+]
 
 # BigInteger primary keys, but SQLite only auto-increments a column declared INTEGER.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -114,6 +127,11 @@ class Session(Base):
     last_active_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     ip: Mapped[str | None] = mapped_column(String(64), nullable=True)
     user_agent: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    #: The session's assurance (`principal.Level`, contract §9): 1 or 2, the methods
+    #: (RFC 8176 `amr` values, space-separated), and whether the second step is still due.
+    aal: Mapped[int] = mapped_column(SmallInteger, default=1, server_default="1")
+    amr: Mapped[str] = mapped_column(String(64), default="pwd", server_default="pwd")
+    mfa_pending: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class RefreshToken(Base):
@@ -157,3 +175,82 @@ class RateLimitCounter(Base):
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     hits: Mapped[int] = mapped_column(Integer)
     window_end: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class TotpFactor(Base):
+    """A user's authenticator app (RFC 6238): at most one per user."""
+
+    __tablename__ = "authgate_totp_factors"
+
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("authgate_users.id", ondelete="CASCADE"), primary_key=True
+    )
+    #: The secret sealed with AES-GCM under a key derived from the secret key
+    #: (`factors/sealing.py`); never stored in the clear.
+    secret_sealed: Mapped[bytes] = mapped_column(LargeBinary(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: NULL while the enrolment waits for its first correct code.
+    confirmed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    #: The last time step (Unix time // 30) a code was accepted for: a code is accepted once,
+    #: and never one of an earlier step (a conditional UPDATE decides between racing requests).
+    last_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class RecoveryCode(Base):
+    """One of a user's single-use recovery codes (only its digest)."""
+
+    __tablename__ = "authgate_recovery_codes"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("authgate_users.id", ondelete="CASCADE"), index=True
+    )
+    digest: Mapped[bytes] = mapped_column(LargeBinary(32), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Passkey(Base):
+    """A WebAuthn credential (passkey) of a user."""
+
+    __tablename__ = "authgate_passkeys"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("authgate_users.id", ondelete="CASCADE"), index=True
+    )
+    #: The authenticator's credential id (raw bytes; at most 1023 by WebAuthn Level 2).
+    credential_id: Mapped[bytes] = mapped_column(LargeBinary(1023), unique=True)
+    #: COSE public key: public, but only the authenticator that holds its private half can
+    #: produce a signature it verifies.
+    public_key: Mapped[bytes] = mapped_column(LargeBinary(1024))
+    #: The signature counter last seen; an assertion whose counter does not grow is refused.
+    sign_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: "single_device" (a hardware-bound key: amr "hwk") or "multi_device" (synced: "swk").
+    device_type: Mapped[str] = mapped_column(String(16))
+    backed_up: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Comma-separated transports the browser reported ("internal,hybrid"), a hint only.
+    transports: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    name: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class WebAuthnChallenge(Base):
+    """An outstanding WebAuthn ceremony: single use, 5 minutes, bound to the browser that
+    asked for it by the digest of a random value kept in that browser's cookie."""
+
+    __tablename__ = "authgate_webauthn_challenges"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    #: SHA-256 of the binding cookie's value.
+    binding: Mapped[bytes] = mapped_column(LargeBinary(32), unique=True)
+    #: "register" or "login".
+    purpose: Mapped[str] = mapped_column(String(16))
+    #: The registering user (NULL for a login: discoverable credentials name their user).
+    user_id: Mapped[int | None] = mapped_column(
+        ForeignKey("authgate_users.id", ondelete="CASCADE"), nullable=True
+    )
+    challenge: Mapped[bytes] = mapped_column(LargeBinary(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)

@@ -34,7 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from authgate.principal import NO_CLIENT, Client
+from authgate.principal import NO_CLIENT, PASSWORD, Client, Level
 from authgate.store.db import Database
 from authgate.store.grace import Grace, replay
 from authgate.store.models import Base, RefreshToken, Session, User, UTCDateTime
@@ -88,6 +88,10 @@ _STATE_COLUMNS = (
     _users.c.is_active,
     # A session opened under older credentials (reset, deactivation since) cannot refresh.
     (_sessions.c.credentials_version == _users.c.credentials_version).label("current"),
+    # The session's assurance: the successor's access token carries it on.
+    _sessions.c.aal,
+    _sessions.c.amr,
+    _sessions.c.mfa_pending,
 )
 
 # --- SQLite: one statement at a time, inside the writer's transaction ---------------------
@@ -188,6 +192,8 @@ class Rotation:
     session_end: datetime | None = None
     retry_after: int = 0
     successor: int = 0
+    #: The session's assurance (ROTATED and REPLAYED).
+    level: Level = PASSWORD
 
 
 _INVALID = Rotation(Outcome.INVALID)
@@ -223,6 +229,7 @@ async def rotate(
             row.id,
             row.user_id,
             row.expires_at,
+            level=Level.of(row.aal, row.amr, row.mfa_pending),
         )
     async with db.write() as s:
         return await _not_spent(s, token_digest, now, budget, grace)
@@ -257,7 +264,8 @@ async def _rotate_in(
             "expires_at": min(refresh_end, end) if end is not None else refresh_end,
         },
     )
-    return Rotation(Outcome.ROTATED, session_id, row.user_id, end)
+    level = Level.of(row.aal, row.amr, row.mfa_pending)
+    return Rotation(Outcome.ROTATED, session_id, row.user_id, end, level=level)
 
 
 async def _not_spent(
@@ -278,7 +286,9 @@ async def _not_spent(
         return Rotation(Outcome.LIMITED, session_id, retry_after=retry_after)
     if grace is not None and (again := await replay(s, token_digest, grace, now)) is not None:
         user_id, end = again.user_id, again.session_end
-        return Rotation(Outcome.REPLAYED, session_id, user_id, end, successor=again.successor)
+        return Rotation(
+            Outcome.REPLAYED, session_id, user_id, end, successor=again.successor, level=again.level
+        )
     await sessions.revoke(session_id, now, "reuse")
     return Rotation(Outcome.REUSED, session_id)
 

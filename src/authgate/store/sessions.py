@@ -13,7 +13,15 @@ from typing import Any
 from sqlalchemy import LargeBinary, Table, bindparam, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from authgate.principal import NO_CLIENT, Client, Principal, SessionInfo, SessionState
+from authgate.principal import (
+    NO_CLIENT,
+    PASSWORD,
+    Client,
+    Level,
+    Principal,
+    SessionInfo,
+    SessionState,
+)
 from authgate.store.db import Database
 from authgate.store.models import Base, RefreshToken, Session, User, UTCDateTime
 from authgate.store.users import Credentials, UserStore
@@ -36,6 +44,9 @@ _SESSION_COLUMNS = [
     "last_active_at",
     "ip",
     "user_agent",
+    "aal",
+    "amr",
+    "mfa_pending",
 ]
 
 #: The user row a new session depends on, locked (FOR SHARE) until the session is in: a reset
@@ -64,6 +75,9 @@ _NEW_SESSION = (
             _now,
             bindparam("ip"),
             bindparam("user_agent"),
+            bindparam("aal"),
+            bindparam("amr"),
+            bindparam("mfa_pending"),
         )
         .where(*_current_user.whereclause.clauses)  # type: ignore[union-attr]
         .with_for_update(read=True),
@@ -86,6 +100,9 @@ _new_session = (
             _now,
             bindparam("ip"),
             bindparam("user_agent"),
+            bindparam("aal"),
+            bindparam("amr"),
+            bindparam("mfa_pending"),
         ),
     )
     .returning(_sessions.c.id)
@@ -117,10 +134,14 @@ async def open_session(
     refresh_end: datetime,
     client: Client = NO_CLIENT,
     new_hash: str | None = None,
+    level: Level = PASSWORD,
 ) -> bool:
     """The session and its first refresh token, committed atomically, only while `user`'s
     credentials version is current and the user active; False (nothing written) when not.
     `client` is where the login came from (shown in the user's list of sessions).
+
+    `level` is the session's assurance (a password login: `aal1`, pending when the user has a
+    second factor; a passkey: `aal2`).
 
     `new_hash` replaces the verified hash in the same transaction, by compare-and-swap
     (`UserStore.rehash`): a reset that committed meanwhile is never undone.
@@ -135,6 +156,9 @@ async def open_session(
         "refresh_end": refresh_end,
         "ip": client.ip,
         "user_agent": client.user_agent,
+        "aal": level.aal,
+        "amr": level.stored_amr,
+        "mfa_pending": level.pending,
     }
     if new_hash is None and not db.is_sqlite:
         # PostgreSQL: one autocommitted statement (no BEGIN/COMMIT round trips).

@@ -11,21 +11,33 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, bindparam, delete, select, update
+from sqlalchemy import Table, bindparam, delete, exists, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from authgate.store.db import Database
-from authgate.store.models import Base, Session, User
+from authgate.store.models import Base, Passkey, Session, TotpFactor, User
 
 __all__ = ["Credentials", "UserStore", "add_user", "credentials"]
 
 _users: Table = Base.metadata.tables[User.__tablename__]
+_totp: Table = Base.metadata.tables[TotpFactor.__tablename__]
+_passkeys: Table = Base.metadata.tables[Passkey.__tablename__]
 
+#: Whether a user has a confirmed second factor (an authenticator app or a passkey): its
+#: password logins open `aal1` sessions that wait for the second step (contract §9).
+_has_factor = or_(
+    exists().where(_totp.c.user_id == _users.c.id, _totp.c.confirmed_at.is_not(None)),
+    exists().where(_passkeys.c.user_id == _users.c.id),
+).label("has_factor")
 #: What login needs of a user, by its canonical email key.
 _CREDENTIALS = select(
-    _users.c.id, _users.c.password_hash, _users.c.is_active, _users.c.credentials_version
+    _users.c.id,
+    _users.c.password_hash,
+    _users.c.is_active,
+    _users.c.credentials_version,
+    _has_factor,
 ).where(_users.c.email_key == bindparam("email_key"))
 #: PostgreSQL: a new user in one autocommitted statement; no row back when the email is taken.
 _ADD_USER = (
@@ -41,6 +53,8 @@ class Credentials:
     password_hash: str = field(repr=False)
     is_active: bool
     version: int
+    #: A confirmed second factor: a password login opens a session pending the second step.
+    has_factor: bool = False
 
 
 async def credentials(db: Database, email_key: str) -> Credentials | None:
@@ -53,7 +67,9 @@ async def credentials(db: Database, email_key: str) -> Credentials | None:
             row = (await conn.execute(_CREDENTIALS, {"email_key": email_key})).one_or_none()
     if row is None:
         return None
-    return Credentials(row.id, row.password_hash, row.is_active, row.credentials_version)
+    return Credentials(
+        row.id, row.password_hash, row.is_active, row.credentials_version, row.has_factor
+    )
 
 
 async def add_user(
@@ -115,13 +131,16 @@ class UserStore:
                     User.password_hash,
                     User.is_active,
                     User.credentials_version,
+                    _has_factor,
                     User.email_key,
                 ).where(User.id == user_id)
             )
         ).one_or_none()
         if row is None:
             return None
-        found = Credentials(row.id, row.password_hash, row.is_active, row.credentials_version)
+        found = Credentials(
+            row.id, row.password_hash, row.is_active, row.credentials_version, row.has_factor
+        )
         return found, row.email_key
 
     async def by_email_key(self, email_key: str) -> User | None:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import jwt
 
+from authgate.principal import PASSWORD, Level
+
 if TYPE_CHECKING:
     from authgate.tokens.jwks import SigningKeys
 
@@ -45,6 +47,9 @@ class AccessClaims:
     issued_at: int
     expires_at: int
     jti: str
+    #: The session's assurance when the token was issued (`PASSWORD` for tokens without the
+    #: claims, issued before second factors existed).
+    level: Level = PASSWORD
 
 
 def new_opaque_token() -> str:
@@ -97,9 +102,11 @@ class Keys:
 
     # --- access tokens ---------------------------------------------------------------
 
-    def issue_access(self, *, user_id: int, session_id: str, now: datetime, ttl: int) -> str:
+    def issue_access(
+        self, *, user_id: int, session_id: str, now: datetime, ttl: int, level: Level = PASSWORD
+    ) -> str:
         iat = int(now.timestamp())
-        claims = {
+        claims: dict[str, Any] = {
             "sub": str(user_id),
             "sid": session_id,
             "iat": iat,
@@ -108,7 +115,11 @@ class Keys:
             "jti": secrets.token_urlsafe(12),
             "iss": self.issuer,
             "aud": self.audience,
+            "aal": f"aal{level.aal}",
+            "amr": list(level.amr),
         }
+        if level.pending:
+            claims["mfa"] = "pending"
         if self._signing is not None:
             return jwt.encode(
                 claims,
@@ -153,9 +164,7 @@ class Keys:
             raise TokenError("malformed subject")
         if not (isinstance(sid, str) and len(sid) == 32) or not isinstance(jti, str):
             raise TokenError("malformed session")
-        return AccessClaims(
-            user_id=int(sub), session_id=sid, issued_at=iat, expires_at=exp, jti=jti
-        )
+        return AccessClaims(int(sub), sid, iat, exp, jti, _level(claims))
 
     def jwks(self) -> dict[str, Any]:
         """The public keys other services may verify access tokens with (none for HS256)."""
@@ -245,6 +254,19 @@ class Keys:
     def _csrf_mac(self, session_id: str, nonce: str, key: bytes | None = None) -> str:
         msg = f"{session_id}.{nonce}".encode("utf-8", "surrogatepass")
         return hmac.new(key or self._csrf_key, msg, hashlib.sha256).hexdigest()
+
+
+def _level(claims: dict[str, Any]) -> Level:
+    """The assurance an access token carries; PASSWORD when it carries none (older tokens)."""
+    aal = claims.get("aal")
+    if aal is None:
+        return PASSWORD
+    amr, pending = claims.get("amr"), claims.get("mfa")
+    if aal not in ("aal1", "aal2") or pending not in (None, "pending"):
+        raise TokenError("malformed assurance claims")
+    if not (isinstance(amr, list) and amr and all(isinstance(m, str) for m in amr)):
+        raise TokenError("malformed assurance claims")
+    return Level.of(int(aal[3]), " ".join(amr), pending is not None)
 
 
 def _successor(key: bytes, parent: str) -> str:

@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 
 from authgate.errors import NotAuthenticated
 from authgate.principal import Principal
+from authgate.tokens.keys import AccessClaims
 from authgate.web.transport import UNSAFE_METHODS, access_token_from, require_csrf_header
 
 if TYPE_CHECKING:
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CurrentUser",
+    "authenticated_claims",
     "authenticated_session",
     "authenticated_user",
     "client_ip",
@@ -55,13 +57,23 @@ async def authenticated_user(gate: AuthGate, request: Request) -> Principal:
 
 async def authenticated_session(gate: AuthGate, request: Request) -> tuple[Principal, str]:
     """`authenticated_user` and the id of the session the request came with."""
+    principal, claims = await authenticated_claims(gate, request)
+    return principal, claims.session_id
+
+
+async def authenticated_claims(
+    gate: AuthGate, request: Request, *, allow_pending: bool = False
+) -> tuple[Principal, AccessClaims]:
+    """The principal and the verified claims of the request's access token (its session and
+    assurance level). `allow_pending`: a session waiting for its second step is accepted (the
+    second step's own routes); everywhere else it gets 401 `mfa_required`."""
     token, via_cookie = access_token_from(request)
     if token is None:
         raise NotAuthenticated()
-    principal, claims = await gate.sessions.authenticate(token)
+    principal, claims = await gate.sessions.authenticate(token, allow_pending=allow_pending)
     if via_cookie and request.method in UNSAFE_METHODS:
         gate.sessions.require_csrf(require_csrf_header(request), claims.session_id)
-    return principal, claims.session_id
+    return principal, claims
 
 
 CurrentUser = Annotated[Principal, Depends(current_user)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from authgate.factors.emails import MAX_EMAIL_LENGTH, EmailProblem, canonical_email
 
@@ -19,16 +19,27 @@ __all__ = [
     "LoginRequest",
     "LogoutRequest",
     "MessageResponse",
+    "MfaStatusResponse",
+    "MfaVerifyRequest",
+    "PasskeyLoginRequest",
+    "PasskeyRegisterRequest",
+    "PasskeyRenameRequest",
+    "PasskeyResponse",
+    "PasskeysResponse",
     "PasswordChangeRequest",
+    "PasswordConfirmation",
     "PasswordResetConfirm",
     "PasswordResetRequest",
     "ReadinessResponse",
+    "RecoveryCodesResponse",
     "RefreshRequest",
     "RegisterRequest",
     "RevokedResponse",
     "SessionResponse",
     "SessionsResponse",
     "TokenResponse",
+    "TotpConfirmRequest",
+    "TotpEnrolmentResponse",
     "UserResponse",
 ]
 
@@ -165,3 +176,76 @@ class HealthResponse(BaseModel):
 class ReadinessResponse(BaseModel):
     status: Literal["ok", "unavailable"]
     checks: dict[str, dict[str, Any]]
+
+
+# --- second factors (contract §9) ----------------------------------------------------------
+
+#: A TOTP code as people type it (spaces are dropped by the service), or a recovery code.
+CodeField = Annotated[str, Field(min_length=1, max_length=64)]
+#: What `navigator.credentials.create()/get()` returned, as `PublicKeyCredential.toJSON()`
+#: gives it (WebAuthn Level 3 JSON: base64url strings). Parsed by py_webauthn.
+CredentialField = Annotated[dict[str, Any], Field(description="PublicKeyCredential.toJSON()")]
+PasskeyNameField = Annotated[str, Field(min_length=1, max_length=64)]
+
+
+class PasswordConfirmation(_Request):
+    """A step that changes the second factors asks for the password again."""
+
+    password: SecretField
+
+
+class TotpEnrolmentResponse(BaseModel):
+    secret: str = Field(description="Base32, for typing into an authenticator app.")
+    otpauth_uri: str
+    qr_svg: str = Field(description="The otpauth URI as a QR code, an SVG document.")
+
+
+class TotpConfirmRequest(_Request):
+    code: CodeField
+
+
+class RecoveryCodesResponse(BaseModel):
+    recovery_codes: list[str] = Field(description="Shown once; each works once.")
+
+
+class MfaVerifyRequest(_Request):
+    """Exactly one of `code` (TOTP) and `recovery_code`."""
+
+    code: CodeField | None = None
+    recovery_code: CodeField | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> MfaVerifyRequest:
+        if (self.code is None) == (self.recovery_code is None):
+            raise ValueError("give exactly one of code and recovery_code")
+        return self
+
+
+class MfaStatusResponse(BaseModel):
+    totp: Literal["none", "pending", "enabled"]
+    recovery_codes_remaining: int
+    passkeys: int
+
+
+class PasskeyRegisterRequest(_Request):
+    credential: CredentialField
+    name: PasskeyNameField
+
+
+class PasskeyLoginRequest(_Request):
+    credential: CredentialField
+
+
+class PasskeyRenameRequest(_Request):
+    name: PasskeyNameField
+
+
+class PasskeyResponse(BaseModel):
+    id: int
+    name: str
+    created_at: datetime
+    last_used_at: datetime | None
+
+
+class PasskeysResponse(BaseModel):
+    passkeys: list[PasskeyResponse]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 from http.cookies import _unquote
-from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address
+from ipaddress import IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -31,6 +31,7 @@ __all__ = [
     "require_csrf_header",
     "set_auth_cookies",
     "single_cookie",
+    "trusted_networks",
 ]
 
 ACCESS_COOKIE = "svc_access_token"
@@ -228,3 +229,26 @@ def _is_trusted(address: str, trusted: Sequence[IPv4Network | IPv6Network]) -> b
     except ValueError:
         return False
     return any(ip in network for network in trusted)
+
+
+_MAPPED_V4 = IPv6Network("::ffff:0:0/96")
+
+
+def trusted_networks(config: AuthConfig) -> tuple[IPv4Network | IPv6Network, ...]:
+    """The networks of `AUTHGATE_TRUSTED_PROXIES` (validated by the configuration)."""
+    networks = (
+        ip_network(part.strip(), strict=False)
+        for part in config.trusted_proxies.split(",")
+        if part.strip()
+    )
+    # Client addresses are compared in IPv4 form (`::ffff:10.0.0.1` is 10.0.0.1), so an
+    # IPv4-mapped entry is taken as the IPv4 network it names.
+    return tuple(_unmapped(network) for network in networks)
+
+
+def _unmapped(network: IPv4Network | IPv6Network) -> IPv4Network | IPv6Network:
+    if isinstance(network, IPv6Network) and network.subnet_of(_MAPPED_V4):
+        mapped = network.network_address.ipv4_mapped
+        assert mapped is not None
+        return IPv4Network((mapped, network.prefixlen - 96))
+    return network

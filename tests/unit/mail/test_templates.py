@@ -41,6 +41,9 @@ CONTEXT: dict[str, dict[str, str]] = {
     "email_change": {"link": f"{PUBLIC_URL}/confirm-email-change?token={TOKEN}"},
     "password_changed": {"changed_at": "2025-03-04 05:06 UTC"},
     "email_change_requested": {"new_email": "new@example.com"},
+    "factor_added": {"factor": "an authenticator app", "changed_at": "2025-03-04 05:06 UTC"},
+    "factor_removed": {"factor": "a passkey", "changed_at": "2025-03-04 05:06 UTC"},
+    "recovery_code_used": {"changed_at": "2025-03-04 05:06 UTC", "remaining": "9"},
 }
 NAMES: list[MailName] = [*get_args(Purpose), *get_args(NoticeKind)]
 
