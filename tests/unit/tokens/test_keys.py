@@ -18,6 +18,7 @@ from typing import Any
 import jwt
 import pytest
 
+from authgate.principal import PASSWORD, Level
 from authgate.tokens.keys import (
     AccessClaims,
     Keys,
@@ -397,3 +398,46 @@ def test_previous_key_verifies_access_tokens_and_csrf() -> None:
     with pytest.raises(TokenError):
         _keys(NEW).verify_access(token, now=NOW)
     assert not _keys(NEW).check_csrf(old.issue_csrf("a" * 32), "a" * 32)
+
+
+# --- assurance claims (contract §9) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "level",
+    [
+        PASSWORD,
+        Level(1, ("pwd",), pending=True),
+        Level(2, ("pwd", "otp")),
+        Level(2, ("hwk", "user")),
+    ],
+)
+def test_the_level_round_trips_as_aal_amr_and_mfa(keys: Keys, level: Level) -> None:
+    token = keys.issue_access(user_id=42, session_id=SID, now=NOW, ttl=900, level=level)
+    raw = jwt.decode(token, options={"verify_signature": False})
+    assert raw["aal"] == f"aal{level.aal}"
+    assert raw["amr"] == list(level.amr)
+    assert raw.get("mfa") == ("pending" if level.pending else None)
+    assert keys.verify_access(token, now=NOW).level == level
+
+
+def test_a_token_without_assurance_claims_is_a_password_session(keys: Keys) -> None:
+    """Tokens issued before second factors existed stay valid until they expire."""
+    assert keys.verify_access(sign(keys, claims()), now=NOW).level == PASSWORD
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"aal": "aal3", "amr": ["pwd"]},
+        {"aal": "aal2", "amr": "pwd"},
+        {"aal": "aal2", "amr": []},
+        {"aal": "aal2", "amr": [1]},
+        {"aal": "aal1", "amr": ["pwd"], "mfa": "done"},
+        {"aal": "aal1", "amr": ["pwd"], "mfa": True},
+        {"aal": 2, "amr": ["pwd"]},
+        {"aal": "aal2"},
+    ],
+)
+def test_malformed_assurance_claims_are_refused(keys: Keys, changes: dict[str, Any]) -> None:
+    refused(keys, sign(keys, claims(**changes)))
