@@ -29,10 +29,12 @@ from tests.helpers import (
     Backend,
     FakeClock,
     Outbox,
+    PgBouncer,
     PgTemplate,
     SmtpSink,
     make_config,
     postgres_backend,
+    require_pgbouncer,
     running,
 )
 
@@ -62,6 +64,17 @@ async def pg_backend(tmp_path: Path, pg_template: PgTemplate) -> AsyncIterator[B
     """PostgreSQL + Redis only (no SQLite variant)."""
     async with postgres_backend(tmp_path / "data", pg_template) as pg:
         yield pg
+
+
+@pytest.fixture(scope="module")
+def pgbouncer() -> Iterator[PgBouncer]:
+    """A real PgBouncer in transaction pooling mode in front of the test PostgreSQL (skips
+    without the binary, fails under CI=true)."""
+    bouncer = PgBouncer(require_pgbouncer())
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
 
 
 @pytest.fixture

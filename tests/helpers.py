@@ -11,11 +11,13 @@ import functools
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import string
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unicodedata
@@ -793,6 +795,82 @@ def register_and_login(server: Server, email: str = "ann@example.com") -> dict[s
     return tokens
 
 
+# --- PgBouncer ------------------------------------------------------------------------------
+
+
+PGBOUNCER = shutil.which("pgbouncer") or next(
+    (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None
+)
+#: PgBouncer refuses to run as root; as root the tests run it as the PostgreSQL server's user.
+PGBOUNCER_USER = "postgres"
+
+
+def require_pgbouncer() -> str:
+    """The pgbouncer binary; skips without it (fails under CI=true), like the backends."""
+    require_backend()
+    if PGBOUNCER is not None:
+        return PGBOUNCER
+    hint = "install it with: sudo apt-get install -y pgbouncer"
+    if IN_CI:
+        pytest.fail(f"pgbouncer is required in CI; {hint}", pytrace=False)
+    pytest.skip(f"pgbouncer is not installed; {hint}")
+
+
+class PgBouncer:
+    """A real PgBouncer in transaction pooling mode on a free loopback port, in front of the
+    test PostgreSQL (every database name passes through), with a small server pool so that
+    clients really share server connections."""
+
+    def __init__(self, binary: str, pool_size: int = 4) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="authgate-pgbouncer-"))
+        (self.dir / "userlist.txt").write_text(f'"{PG_USER}" ""\n')
+        (self.dir / "pgbouncer.ini").write_text(
+            "[databases]\n"
+            f"* = host={PG_HOST} port={PG_PORT}\n"
+            "[pgbouncer]\n"
+            f"listen_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\n"
+            f"auth_type = trust\nauth_file = {self.dir / 'userlist.txt'}\n"
+            "pool_mode = transaction\n"
+            f"default_pool_size = {pool_size}\nmax_client_conn = 500\n"
+            f"logfile = {self.dir / 'pgbouncer.log'}\n"
+        )
+        command = [binary, str(self.dir / "pgbouncer.ini")]
+        if os.geteuid() == 0:
+            self.dir.chmod(0o755)
+            for path in (self.dir, *self.dir.iterdir()):
+                shutil.chown(path, PGBOUNCER_USER)
+            command[1:1] = ["-u", PGBOUNCER_USER]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while not _port_open("127.0.0.1", self.port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"pgbouncer did not start:\n{self.log}")
+            time.sleep(0.05)
+
+    def url(self, database_url: str) -> str:
+        """`database_url` (a test database) reached through this PgBouncer."""
+        return database_url.replace(f"{PG_HOST}:{PG_PORT}", f"127.0.0.1:{self.port}")
+
+    @property
+    def log(self) -> str:
+        path = self.dir / "pgbouncer.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 # --- servers that go away -----------------------------------------------------------------
 
 
@@ -1023,3 +1101,229 @@ def acceptable(normalised: str) -> bool:
 
 def on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, httpx.Response]) -> Any:
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+# --- second factors: TOTP -------------------------------------------------------------------
+
+
+def totp_code(secret: str, at: datetime) -> str:
+    """The RFC 6238 code of `secret` at `at` (an authenticator app, computed by the test)."""
+    import pyotp
+
+    return str(pyotp.TOTP(secret).at(at))
+
+
+def claims_of(access_token: str) -> dict[str, Any]:
+    """An access token's payload, read without verifying (the test only looks)."""
+    claims: dict[str, Any] = jwt.decode(access_token, options={"verify_signature": False})
+    return claims
+
+
+async def enrol_totp(
+    client: httpx.AsyncClient, access_token: str, clock: Callable[[], datetime]
+) -> tuple[str, list[str]]:
+    """Enrol and confirm an authenticator app with a code of `clock`'s time; (the secret, the
+    recovery codes). The step of that time is then used: the next code needs a later one."""
+    started = await client.post("/auth/mfa/totp", headers=bearer(access_token))
+    assert started.status_code == 200, started.text
+    secret: str = started.json()["secret"]
+    confirmed = await client.post(
+        "/auth/mfa/totp/confirm",
+        json={"code": totp_code(secret, clock())},
+        headers=bearer(access_token),
+    )
+    assert confirmed.status_code == 200, confirmed.text
+    codes: list[str] = confirmed.json()["recovery_codes"]
+    return secret, codes
+
+
+# --- second factors: passkeys (a software authenticator) ---
+
+#: The relying party of an app on the default `public_url` (http://127.0.0.1:8000).
+PASSKEY_RP_ID = "127.0.0.1"
+PASSKEY_ORIGIN = "http://127.0.0.1:8000"
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def unb64url(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+@dataclass
+class SoftCredential:
+    """One discoverable credential the software authenticator holds."""
+
+    id: bytes
+    key: ec.EllipticCurvePrivateKey
+    user_handle: bytes
+    counter: int = 0
+
+
+@dataclass
+class SoftAuthenticator:
+    """A WebAuthn authenticator in software: what `navigator.credentials.create()/get()` on a
+    ctap2 authenticator with resident keys and user verification answer, as
+    `PublicKeyCredential.toJSON()` (Chrome's shape, extra keys included). Real EC P-256 keys
+    and ECDSA signatures over authenticatorData || SHA-256(clientDataJSON), verified by the
+    real py_webauthn behind the API: nothing is mocked. `synced`: a multi-device passkey
+    (flags BE and BS; counter always 0, as synced passkeys report it)."""
+
+    rp_id: str = PASSKEY_RP_ID
+    origin: str = PASSKEY_ORIGIN
+    synced: bool = False
+    credentials: list[SoftCredential] = field(default_factory=list)
+
+    _UP, _UV, _BE, _BS, _AT = 0x01, 0x04, 0x08, 0x10, 0x40
+
+    def _flags(self, *, uv: bool, attested: bool = False) -> int:
+        flags = self._UP | (self._UV if uv else 0)
+        if self.synced:
+            flags |= self._BE | self._BS
+        return flags | (self._AT if attested else 0)
+
+    def _client_data(self, kind: str, options: dict[str, Any], origin: str | None) -> bytes:
+        return json.dumps(
+            {
+                "type": kind,
+                "challenge": options["challenge"],
+                "origin": origin or self.origin,
+                "crossOrigin": False,
+            }
+        ).encode()
+
+    def create(
+        self,
+        options: dict[str, Any],
+        *,
+        uv: bool = True,
+        origin: str | None = None,
+        rp_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Make a credential for creation options (`options_to_json` output): its toJSON()."""
+        import cbor2
+
+        held = {c.id for c in self.credentials}
+        excluded = {unb64url(d["id"]) for d in options.get("excludeCredentials", [])}
+        assert not held & excluded, "InvalidStateError: this authenticator is excluded"
+        assert options["authenticatorSelection"]["residentKey"] == "required"
+        assert options["authenticatorSelection"]["userVerification"] == "required"
+        credential = SoftCredential(
+            id=secrets.token_bytes(16),
+            key=ec.generate_private_key(ec.SECP256R1()),
+            user_handle=unb64url(options["user"]["id"]),
+        )
+        self.credentials.append(credential)
+        numbers = credential.key.public_key().public_numbers()
+        cose_key = cbor2.dumps(
+            {
+                1: 2,
+                3: -7,
+                -1: 1,
+                -2: numbers.x.to_bytes(32, "big"),
+                -3: numbers.y.to_bytes(32, "big"),
+            }
+        )
+        auth_data = (
+            _rp_hash(rp_id or self.rp_id)
+            + bytes([self._flags(uv=uv, attested=True)])
+            + credential.counter.to_bytes(4, "big")
+            + bytes(16)  # AAGUID: none (attestation "none")
+            + len(credential.id).to_bytes(2, "big")
+            + credential.id
+            + cose_key
+        )
+        attestation = cbor2.dumps({"fmt": "none", "attStmt": {}, "authData": auth_data})
+        spki = credential.key.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return {
+            "id": b64url(credential.id),
+            "rawId": b64url(credential.id),
+            "type": "public-key",
+            "authenticatorAttachment": "platform",
+            "clientExtensionResults": {"credProps": {"rk": True}},
+            "response": {
+                "clientDataJSON": b64url(self._client_data("webauthn.create", options, origin)),
+                "attestationObject": b64url(attestation),
+                "transports": ["internal", "hybrid"],
+                "publicKeyAlgorithm": -7,
+                "publicKey": b64url(spki),
+                "authenticatorData": b64url(auth_data),
+            },
+        }
+
+    def get(
+        self,
+        options: dict[str, Any],
+        *,
+        credential: SoftCredential | None = None,
+        uv: bool = True,
+        counter: int | None = None,
+        origin: str | None = None,
+        rp_id: str | None = None,
+    ) -> dict[str, Any]:
+        """An assertion for request options (`options_to_json` output) with `credential`
+        (default: the first held; discoverable, so no allowCredentials is needed): its
+        toJSON(). The counter grows by one per assertion (stays 0 when synced) unless
+        `counter` sets it."""
+        from cryptography.hazmat.primitives import hashes
+
+        assert options["userVerification"] == "required"
+        chosen = credential or self.credentials[0]
+        if counter is not None:
+            chosen.counter = counter
+        elif not self.synced:
+            chosen.counter += 1
+        auth_data = (
+            _rp_hash(rp_id or self.rp_id)
+            + bytes([self._flags(uv=uv)])
+            + chosen.counter.to_bytes(4, "big")
+        )
+        client_data = self._client_data("webauthn.get", options, origin)
+        signature = chosen.key.sign(auth_data + _digest256(client_data), ec.ECDSA(hashes.SHA256()))
+        return {
+            "id": b64url(chosen.id),
+            "rawId": b64url(chosen.id),
+            "type": "public-key",
+            "authenticatorAttachment": "platform",
+            "clientExtensionResults": {},
+            "response": {
+                "clientDataJSON": b64url(client_data),
+                "authenticatorData": b64url(auth_data),
+                "signature": b64url(signature),
+                "userHandle": b64url(chosen.user_handle),
+            },
+        }
+
+
+def _digest256(data: bytes) -> bytes:
+    import hashlib
+
+    return hashlib.sha256(data).digest()
+
+
+def _rp_hash(text: str) -> bytes:
+    return _digest256(text.encode())
+
+
+async def add_passkey(
+    client: httpx.AsyncClient,
+    authenticator: SoftAuthenticator,
+    access_token: str,
+    name: str = "My laptop",
+) -> dict[str, Any]:
+    """Register a passkey of `authenticator` for the session of `access_token` through HTTP
+    (options, then the credential, the ceremony's cookie in the jar); the 201 body."""
+    options = await client.post("/auth/passkeys/register/options", headers=bearer(access_token))
+    assert options.status_code == 200, options.text
+    created = await client.post(
+        "/auth/passkeys/register",
+        json={"credential": authenticator.create(options.json()), "name": name},
+        headers=bearer(access_token),
+    )
+    assert created.status_code == 201, created.text
+    body: dict[str, Any] = created.json()
+    return body

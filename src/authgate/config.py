@@ -162,6 +162,9 @@ class AuthConfig(BaseSettings):
     db_pool_size: int = Field(default=15, gt=0)
     db_max_overflow: int = Field(default=0, ge=0)
     db_timeout: float = Field(default=5.0, gt=0)
+    #: DATABASE_URL points at PgBouncer in transaction pooling mode: no prepared statement
+    #: outlives its statement, and every statement runs inside a transaction (`store/db.py`).
+    db_pgbouncer: bool = False
 
     password_reset_send_fn: SenderFn | None = Field(default=None, exclude=True)
     email_verify_send_fn: SenderFn | None = Field(default=None, exclude=True)

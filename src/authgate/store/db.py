@@ -44,6 +44,16 @@ logger = logging.getLogger("authgate")
 logging.getLogger("aiosqlite").setLevel(logging.INFO)
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
+#: Behind PgBouncer in transaction pooling mode, a server connection is ours only for one
+#: transaction, so no prepared statement may be kept or named: asyncpg's statement cache
+#: and SQLAlchemy's are off, and SQLAlchemy's statements are prepared as the unnamed
+#: statement, which the next Parse replaces (nothing piles up on PgBouncer's servers, and
+#: no name can collide with another client's).
+_PGBOUNCER_CONNECT_ARGS: dict[str, Any] = {
+    "statement_cache_size": 0,
+    "prepared_statement_cache_size": 0,
+    "prepared_statement_name_func": lambda: "",
+}
 # Arbitrary but fixed: the key of the PostgreSQL advisory lock held while migrating.
 MIGRATION_LOCK_KEY = 0x61757468_67617465 & 0x7FFFFFFFFFFFFFFF
 
@@ -83,17 +93,20 @@ class Database:
             if self.url.database and self.url.database != ":memory:":
                 private_sqlite_files(Path(self.url.database))
         else:
+            connect_args: dict[str, Any] = {
+                "timeout": config.db_timeout,
+                # No statement of ours runs long; a stuck server must not hang requests.
+                "command_timeout": config.db_timeout,
+                "server_settings": {"application_name": "authgate"},
+            }
+            if config.db_pgbouncer:
+                connect_args.update(_PGBOUNCER_CONNECT_ARGS)
             engine_args.update(
                 pool_size=config.db_pool_size,
                 max_overflow=config.db_max_overflow,
                 pool_timeout=config.db_timeout,
                 pool_recycle=1800,
-                connect_args={
-                    "timeout": config.db_timeout,
-                    # No statement of ours runs long; a stuck server must not hang requests.
-                    "command_timeout": config.db_timeout,
-                    "server_settings": {"application_name": "authgate"},
-                },
+                connect_args=connect_args,
             )
         self.engine: AsyncEngine = create_async_engine(self.url, **engine_args)
         if self.is_sqlite:
@@ -102,6 +115,8 @@ class Database:
         # Same pool; the asyncpg dialect then simply sends no BEGIN/COMMIT.
         self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._write_lock = asyncio.Lock()
+        #: Behind PgBouncer in transaction pooling mode (`AUTHGATE_DB_PGBOUNCER`).
+        self.pgbouncer = config.db_pgbouncer and not self.is_sqlite
 
     @contextlib.asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
@@ -116,7 +131,15 @@ class Database:
     @contextlib.asynccontextmanager
     async def autocommit(self) -> AsyncIterator[AsyncConnection]:
         """A connection without an explicit transaction: each statement commits on its own.
-        For single statements that are atomic by themselves (PostgreSQL's rotation)."""
+        For single statements that are atomic by themselves (PostgreSQL's rotation).
+
+        Behind PgBouncer the block is one transaction instead: PgBouncer keeps a client on
+        one server connection only inside a transaction, and the driver's Parse and Execute
+        of one statement must reach the same server."""
+        if self.pgbouncer:
+            async with self.engine.begin() as conn:
+                yield conn
+            return
         async with self._autocommit.connect() as conn:
             yield conn
 
@@ -229,10 +252,11 @@ def _file_lock(path: Path) -> Iterator[None]:
 async def upgrade_schema(db: Database) -> bool:
     """Apply pending migrations; True when any ran.
 
-    Safe when many workers or hosts start at once: PostgreSQL holds a session-level advisory
-    lock around the check and the upgrade, SQLite a file lock beside the database file, so
-    one process migrates and the others find the schema at head. A database already at head
-    costs one SELECT and no Alembic import (every worker start, every CLI command).
+    Safe when many workers or hosts start at once: PostgreSQL holds a transaction-level
+    advisory lock around the check and the upgrade (one transaction), SQLite a file lock
+    beside the database file, so one process migrates and the others find the schema at head.
+    A database already at head costs one SELECT and no Alembic import (every worker start,
+    every CLI command).
     """
     if await _at_head(db):
         return False
@@ -245,14 +269,13 @@ async def upgrade_schema(db: Database) -> bool:
             return await _upgrade_locked(db)
         finally:
             lock.__exit__(None, None, None)
+    # A transaction-level advisory lock, taken in the transaction that checks and migrates:
+    # a session-level lock would not survive PgBouncer's transaction pooling (the unlock could
+    # reach another server connection). PostgreSQL's DDL is transactional, so the lock, the
+    # check and the whole upgrade commit (or roll back) together.
     async with db.engine.connect() as conn:
-        await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
-        await conn.commit()
-        try:
-            return await _upgrade_locked(db)
-        finally:
-            await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK_KEY})
-            await conn.commit()
+        await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+        return await _upgrade_on(conn)
 
 
 def _sqlite_file(db: Database) -> Path:
@@ -276,11 +299,16 @@ async def _at_head(db: Database) -> bool:
 
 async def _upgrade_locked(db: Database) -> bool:
     async with db.engine.connect() as conn:
-        current, head = await conn.run_sync(_current_and_head)
-        if current == head:
-            await conn.rollback()
-            return False
-        logger.info("migrating database schema from %s to %s", current or "empty", head)
-        await conn.run_sync(_upgrade)
-        await conn.commit()
-        return True
+        return await _upgrade_on(conn)
+
+
+async def _upgrade_on(conn: AsyncConnection) -> bool:
+    """Migrate to head on `conn`, in its transaction, committed; False when at head."""
+    current, head = await conn.run_sync(_current_and_head)
+    if current == head:
+        await conn.rollback()
+        return False
+    logger.info("migrating database schema from %s to %s", current or "empty", head)
+    await conn.run_sync(_upgrade)
+    await conn.commit()
+    return True
