@@ -6,7 +6,8 @@ strings: no message ever interpolates a secret, a token or a password.
 
     AuthError
     ├── BadRequest (400)
-    │   └── InvalidOneTimeToken          invalid_token
+    │   ├── InvalidOneTimeToken          invalid_token
+    │   └── InvalidCode                  invalid_code
     ├── Unauthorized (401)
     │   ├── InvalidCredentials           invalid_credentials
     │   ├── NotAuthenticated             not_authenticated
@@ -35,6 +36,7 @@ __all__ = [
     "CsrfFailed",
     "EmailTaken",
     "Forbidden",
+    "InvalidCode",
     "InvalidCredentials",
     "InvalidOneTimeToken",
     "InvalidRefreshToken",
@@ -70,6 +72,14 @@ class BadRequest(AuthError):
 class InvalidOneTimeToken(BadRequest):
     code = "invalid_token"
     detail = "The token is invalid, expired or already used."
+
+
+class InvalidCode(BadRequest):
+    """A second-factor code that is wrong, malformed, already used or of an earlier step:
+    one answer for all (which of them it was is no business of the sender's)."""
+
+    code = "invalid_code"
+    detail = "The code is invalid or has already been used."
 
 
 class Unauthorized(AuthError):
