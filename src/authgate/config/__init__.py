@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from authgate.config.limits import RateLimitSettings
+from authgate.config.operations import OperationsSettings
 from authgate.events import redact_url
 
 __all__ = ["AuthConfig", "ConfigError", "SenderFn"]
@@ -31,7 +33,7 @@ MIN_SECRET_KEY_LENGTH = 32
 MIN_SECRET_KEY_DISTINCT = 10
 
 
-class AuthConfig(BaseSettings):
+class AuthConfig(RateLimitSettings, OperationsSettings):
     """Every setting of authgate. Unknown environment variables are ignored."""
 
     model_config = SettingsConfigDict(
@@ -85,25 +87,6 @@ class AuthConfig(BaseSettings):
     cookie_samesite: Literal["lax", "strict", "none"] = "lax"
     cookie_domain: str | None = None
 
-    rate_limits: bool = True
-    # Rate limits in the `limits` notation ("N/period", e.g. "30/minute", "10/15minutes").
-    login_limit_per_ip: str = "30/minute"
-    #: Failed logins per email from all client addresses (whether or not an account exists);
-    #: over it, that email's logins answer 429 until the window ends, a success or a reset.
-    login_failure_limit: str = "50/hour"
-    #: Failed logins per (email, client address); each time an address spends it, its next
-    #: window is twice as long (1, 2, 4 … minutes, at most a day).
-    login_failure_limit_per_address: str = "5/minute"
-    register_limit_per_ip: str = "20/hour"
-    reset_limit_per_ip: str = "20/hour"
-    reset_limit_per_account: str = "5/hour"
-    verify_limit_per_ip: str = "20/hour"
-    #: Email-change requests per account (each mails a link to an address the user typed).
-    email_change_limit_per_account: str = "5/hour"
-    #: Rotations per session (a small burst in a fixed window): one client refreshing in a
-    #: loop cannot grow the refresh-token table without bound. Over it, refresh answers 429
-    #: and the presented token stays valid.
-    refresh_limit_per_session: str = "10/minute"
     #: Seconds after a rotation during which the same refresh token, presented again while
     #: its successor is unused, gets that same successor (contract §8). 0: the strict rule.
     refresh_grace: int = Field(default=0, ge=0, le=300)
@@ -117,9 +100,6 @@ class AuthConfig(BaseSettings):
     cors_origins: str = ""
     cache_prefix: str = "authgate:"
 
-    #: Wrong second-factor codes (TOTP or recovery) per account; over it the second step
-    #: answers 429 until the window ends (contract §9: 5 in 15 minutes).
-    mfa_failure_limit: str = "5/15minutes"
     #: The WebAuthn relying party id; unset: the host of `public_url`.
     webauthn_rp_id: str | None = None
     #: Comma-separated origins passkey ceremonies may come from; unset: `public_url`'s origin.
@@ -143,29 +123,6 @@ class AuthConfig(BaseSettings):
     #: `/docs` (Swagger UI, its assets pinned with SRI, under a CSP). Unset: on for the
     #: embedded development setup, off when DATABASE_URL is set. `/openapi.json` is always on.
     docs: bool | None = None
-    # `authgate serve` only (uvicorn's HTTP server): limits against slow or idle clients.
-    #: Seconds a client has to send a whole request (line, headers and body), counted from
-    #: the connection's opening or the first byte of the next request on a kept-alive one.
-    read_timeout: float = Field(default=10.0, gt=0)
-    #: Seconds an idle kept-alive connection stays open between requests.
-    keep_alive_timeout: int = Field(default=5, gt=0)
-    #: Largest request line plus headers, in bytes; more gets 431 and the connection closes.
-    max_header_bytes: int = Field(default=32_768, ge=1024)
-    #: Connections (and requests in progress) per worker beyond which requests get 503.
-    max_connections: int = Field(default=1000, gt=0)
-    #: Seconds a stopping worker waits for requests in progress before closing them.
-    shutdown_timeout: int = Field(default=10, ge=0)
-    #: Apply pending migrations when the application starts.
-    auto_migrate: bool = True
-    #: SQLAlchemy pool for PostgreSQL, per worker process.
-    #: A fixed pool: overflow connections are closed on return, a new backend each (README).
-    db_pool_size: int = Field(default=15, gt=0)
-    db_max_overflow: int = Field(default=0, ge=0)
-    db_timeout: float = Field(default=5.0, gt=0)
-    #: DATABASE_URL points at PgBouncer in transaction pooling mode: no prepared statement
-    #: outlives its statement, and every statement runs inside a transaction (`store/db.py`).
-    db_pgbouncer: bool = False
-
     password_reset_send_fn: SenderFn | None = Field(default=None, exclude=True)
     email_verify_send_fn: SenderFn | None = Field(default=None, exclude=True)
     email_change_send_fn: SenderFn | None = Field(default=None, exclude=True)
@@ -196,38 +153,6 @@ class AuthConfig(BaseSettings):
                 "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
             )
         return value
-
-    @field_validator(
-        "login_limit_per_ip",
-        "login_failure_limit",
-        "login_failure_limit_per_address",
-        "register_limit_per_ip",
-        "reset_limit_per_ip",
-        "reset_limit_per_account",
-        "verify_limit_per_ip",
-        "email_change_limit_per_account",
-        "refresh_limit_per_session",
-        "mfa_failure_limit",
-    )
-    @classmethod
-    def _check_limit(cls, value: str) -> str:
-        from limits import parse
-
-        try:
-            parse(value)
-        except ValueError:
-            raise ValueError(f"not a rate limit like '30/minute': {value!r}") from None
-        return value
-
-    def refresh_budget(self) -> tuple[int, int]:
-        """(burst, window seconds) of the per-session refresh limit; unlimited when rate
-        limits are off."""
-        from limits import parse
-
-        item = parse(self.refresh_limit_per_session)
-        if not self.rate_limits:
-            return 2**31 - 1, item.get_expiry()
-        return item.amount, item.get_expiry()
 
     @field_validator("cors_origins", "allowed_redirect_origins", "webauthn_origins")
     @classmethod
