@@ -20,17 +20,20 @@ Mark a test module `pytestmark = [pytest.mark.browser, pytest.mark.subprocess]`
         watch.assert_clean()  # no request left the origin, no CSP violation, no page error
         assert server.access_count("POST", "/auth/login") == 1  # what reached the server
 
-- `serve_authgate(env=None, *, data_dir=None, workers=1) -> LiveServer` (async factory): a
-  real `authgate serve` subprocess on 127.0.0.1 and a free port, yielded once `/health`
-  answers; every server is stopped when the test ends. Defaults, all overridable by `env`:
-  SQLite in `data_dir` (default `tmp_path / "data"`, or pass `Backend.env` from the `backend`
-  / `pg_backend` fixtures for PostgreSQL + Redis), `AUTHGATE_COOKIE_SECURE=false` (plain
+- `serve_authgate(env=None, *, data_dir=None, workers=1, localhost=False) -> LiveServer`
+  (async factory): a real `authgate serve` subprocess on 127.0.0.1 and a free port, yielded
+  once `/health` answers; every server is stopped when the test ends. `localhost=True` names
+  it `http://localhost:<port>` (its public URL too, so the WebAuthn RP id is "localhost"):
+  passkeys need a secure context and a domain as RP id, which 127.0.0.1 is not; the
+  browser's host-resolver rule below maps localhost to 127.0.0.1. Defaults, all overridable
+  by `env`: SQLite in `data_dir` (default `tmp_path / "data"`, or pass `Backend.env` from the
+  `backend` / `pg_backend` fixtures for PostgreSQL + Redis), `AUTHGATE_COOKIE_SECURE=false` (plain
   HTTP on loopback), `AUTHGATE_PUBLIC_URL` = the server's own URL (mailed links open on it),
   `AUTHGATE_RATE_LIMITS=off`, `AUTHGATE_LOG_FORMAT=json`. For mail, pass
   `{"AUTHGATE_SMTP_URL": smtp_sink.url}` (the `smtp_sink` fixture of tests/conftest.py).
-  `LiveServer`: `url` (`http://127.0.0.1:<port>`), `data_dir`, `stdout`/`stderr` (text so
-  far), `access_log()` (`[(method, path, status)]`, query values redacted),
-  `access_count(method, path)`.
+  `LiveServer`: `url` (`http://127.0.0.1:<port>`), `loopback_url` (the same on 127.0.0.1),
+  `data_dir`, `stdout`/`stderr` (text so far), `access_log()` (`[(method, path, status)]`,
+  query values redacted), `access_count(method, path)`.
 - `browser_context` -> `BrowserContext`: one Chromium (a persistent context on a fresh
   user-data-dir under `tmp_path`). Its pages share cookies, storage, Web Locks and
   BroadcastChannel, so several tabs of one person are `await browser_context.new_page()`.
@@ -47,13 +50,20 @@ Mark a test module `pytestmark = [pytest.mark.browser, pytest.mark.subprocess]`
   `watch.assert_clean()`.
 - `screenshot(page, path, *, full_page=True) -> Path`: a PNG where the caller says.
 
-Chromium resolves no host name (`--host-resolver-rules`): a page that tries another origin
-fails on the spot, and `watch` still shows the attempt.
+Chromium resolves no host name but localhost (`--host-resolver-rules`): a page that tries
+another origin fails on the spot, and `watch` still shows the attempt.
+
+For the pages with second factors (tests/browser/test_mfa_pages.py, test_passkeys_browser.py):
+`page_ready(page)` waits for a page script's handlers, `access_claims(context, server)` reads
+the payload of the browser's access-token cookie, and `add_virtual_authenticator(context,
+page)` gives the browser a platform authenticator through the DevTools protocol (CTAP2,
+resident keys, user verification, touched automatically), as a phone or laptop would have.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -96,8 +106,11 @@ __all__ = [
     "Seen",
     "ServeFactory",
     "Watch",
+    "access_claims",
+    "add_virtual_authenticator",
     "browser_problem",
     "first_page",
+    "page_ready",
     "require_browser",
     "screenshot",
     "watch_context",
@@ -114,8 +127,9 @@ CHROMIUM_ARGS = (
     "--disable-sync",
     "--disable-default-apps",
     "--disable-extensions",
-    # Only loopback: no host name resolves, so nothing can reach another origin.
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    # Only loopback: no host name resolves, so nothing can reach another origin; `localhost`
+    # (a secure context and a valid WebAuthn RP id, unlike 127.0.0.1) is 127.0.0.1.
+    "--host-resolver-rules=MAP localhost 127.0.0.1, MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 )
 HOW_TO_GET = "apt-get install -y chromium` and `pip install -e '.[test]'"
 STARTUP_TIMEOUT = 30.0
@@ -170,6 +184,11 @@ class LiveServer:
     stderr_path: Path
 
     @property
+    def loopback_url(self) -> str:
+        """`url` on 127.0.0.1 (the server listens there even when `url` says localhost)."""
+        return self.url.replace("://localhost:", "://127.0.0.1:", 1)
+
+    @property
     def stdout(self) -> str:
         return self.stdout_path.read_text(errors="replace")
 
@@ -210,13 +229,14 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 async def _wait_healthy(server: LiveServer) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT
+    health = server.loopback_url + "/health"
     async with httpx.AsyncClient(timeout=1.0) as http:
         for _ in range(int(STARTUP_TIMEOUT / 0.1)):
             if server.process.poll() is not None:
                 code = server.process.returncode
                 pytest.fail(f"authgate serve exited with {code}:\n{server.stderr}")
             with contextlib.suppress(httpx.TransportError):
-                if (await http.get(server.url + "/health")).status_code == 200:
+                if (await http.get(health)).status_code == 200:
                     return
             if time.monotonic() > deadline:
                 break
@@ -230,10 +250,14 @@ async def serve_authgate(tmp_path: Path) -> AsyncIterator[ServeFactory]:
     servers: list[LiveServer] = []
 
     async def start(
-        env: Mapping[str, str] | None = None, *, data_dir: Path | None = None, workers: int = 1
+        env: Mapping[str, str] | None = None,
+        *,
+        data_dir: Path | None = None,
+        workers: int = 1,
+        localhost: bool = False,
     ) -> LiveServer:
         port = free_port()
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://{'localhost' if localhost else '127.0.0.1'}:{port}"
         data = data_dir or tmp_path / "data"
         logs = tmp_path / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -431,3 +455,46 @@ async def watch_context(context: BrowserContext, origin: str) -> Watch:
     )
     await context.add_init_script(_CSP_LISTENER)
     return watch
+
+
+# --- pages with second factors ------------------------------------------------------------------
+
+
+async def page_ready(page: Page) -> None:
+    """Wait until the page script has attached its handlers (`<html data-ready=true>`)."""
+    await page.locator("html[data-ready=true]").wait_for(state="attached")
+
+
+async def access_claims(context: BrowserContext, server: LiveServer) -> dict[str, Any]:
+    """The payload of the access token the browser holds for `server` (read, not verified:
+    the server verifies it on every request; the test only looks at `aal` and `amr`)."""
+    cookies = await context.cookies(server.url)
+    (token,) = [c["value"] for c in cookies if c["name"] == "svc_access_token"]
+    payload = token.split(".")[1]
+    claims: dict[str, Any] = json.loads(
+        base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+    )
+    return claims
+
+
+async def add_virtual_authenticator(context: BrowserContext, page: Page) -> str:
+    """A platform authenticator for every page of `context` (the DevTools WebAuthn domain):
+    CTAP2, internal transport, discoverable credentials, user verification that succeeds,
+    presence simulated. Returns its id (for `WebAuthn.getCredentials`)."""
+    cdp = await context.new_cdp_session(page)
+    await cdp.send("WebAuthn.enable", {"enableUI": False})
+    added = await cdp.send(
+        "WebAuthn.addVirtualAuthenticator",
+        {
+            "options": {
+                "protocol": "ctap2",
+                "transport": "internal",
+                "hasResidentKey": True,
+                "hasUserVerification": True,
+                "isUserVerified": True,
+                "automaticPresenceSimulation": True,
+            }
+        },
+    )
+    authenticator: str = added["authenticatorId"]
+    return authenticator

@@ -12,6 +12,12 @@
 // holds the lock, that the CSRF cookie is no longer the one its request went out with knows
 // another tab refreshed meanwhile, and only retries. Sign-in and sign-out reach the other tabs
 // through a BroadcastChannel.
+//
+// Second factors (contract §9): `login` resolves to `{ mfaRequired: true }` when the account
+// has one; the session then waits for `mfa.verify({ code })`, `mfa.verify({ recoveryCode })`
+// or `passkeys.signIn()`, and until then `me()` rejects with code "mfa_required" (a 401 that
+// is never refreshed: refreshing keeps the level). Both re-set the session's cookies, and every
+// request reads them afresh, so the refresh logic goes on with the stepped-up session.
 
 // authgate serves this file with its own mount prefix here.
 const DEFAULT_PREFIX = "/auth";
@@ -21,7 +27,8 @@ const LOCK_NAME = "authgate-refresh";
 const CHANNEL_NAME = "authgate";
 const UNSAFE_METHODS = new Set(["POST", "PUT", "PATCH", "DELETE"]);
 // Endpoints whose 401 says nothing about the access token: never refresh for them.
-const NO_REFRESH = ["/login", "/register", "/refresh", "/logout"];
+const NO_REFRESH = ["/login", "/register", "/refresh", "/logout", "/passkeys/login"];
+const MFA_REQUIRED = "mfa_required";
 
 /** An error answer of authgate (or no answer at all: status 0, code "network_error"). */
 export class AuthgateError extends Error {
@@ -66,6 +73,15 @@ function retryAfterOf(response) {
   if (Number.isFinite(seconds)) return seconds;
   const date = Date.parse(value);
   return Number.isNaN(date) ? null : Math.max(0, Math.ceil((date - Date.now()) / 1000));
+}
+
+/** True when a 401 answer says a second factor is due (a refresh would not help). */
+async function isMfaRequired(response) {
+  try {
+    return (await response.clone().json())?.code === MFA_REQUIRED;
+  } catch {
+    return false;
+  }
 }
 
 /** The `AuthgateError` for an error response: `{detail, code}`, or 422's list of problems. */
@@ -180,7 +196,12 @@ export function createClient({ baseUrl = "", prefix = DEFAULT_PREFIX } = {}) {
     const spare = request.clone(); // the body again, for the one retry
     const sentWith = readCookie(CSRF_COOKIE);
     const response = await send(request);
-    if (response.status !== 401 || !sentWith || !refreshable(request.url)) {
+    if (
+      response.status !== 401 ||
+      !sentWith ||
+      !refreshable(request.url) ||
+      (await isMfaRequired(response))
+    ) {
       if (sentWith && !readCookie(CSRF_COOKIE)) announce("signed-out"); // cookies cleared
       return response;
     }
@@ -210,6 +231,7 @@ export function createClient({ baseUrl = "", prefix = DEFAULT_PREFIX } = {}) {
     try {
       return await request("GET", "/me");
     } catch (error) {
+      if (error instanceof AuthgateError && error.code === MFA_REQUIRED) throw error;
       if (error instanceof AuthgateError && error.status === 401) {
         if (lastType === "signed-in") announce("signed-out");
         return null;
@@ -220,9 +242,57 @@ export function createClient({ baseUrl = "", prefix = DEFAULT_PREFIX } = {}) {
 
   async function login(email, password) {
     await request("POST", "/login", { email, password });
+    let user;
+    try {
+      user = await me();
+    } catch (error) {
+      if (error instanceof AuthgateError && error.code === MFA_REQUIRED) {
+        return { mfaRequired: true }; // signed in for the second step only: nothing to announce
+      }
+      throw error;
+    }
+    announce("signed-in");
+    return user;
+  }
+
+  /** The session is at its full level now (new tokens and cookies): tell every tab. */
+  async function steppedUp() {
     announce("signed-in");
     return me();
   }
+
+  const mfa = {
+    status: () => request("GET", "/mfa"),
+    enrolTotp: () => request("POST", "/mfa/totp"),
+    confirmTotp: async (code) =>
+      (await request("POST", "/mfa/totp/confirm", { code: String(code) })).recovery_codes,
+    removeTotp: (password) => request("DELETE", "/mfa/totp", { password }),
+    regenerateRecoveryCodes: async (password) =>
+      (await request("POST", "/mfa/recovery-codes", { password })).recovery_codes,
+    async verify({ code, recoveryCode } = {}) {
+      const body = recoveryCode !== undefined ? { recovery_code: recoveryCode } : { code };
+      await request("POST", "/mfa/verify", body);
+      return steppedUp();
+    },
+  };
+
+  const passkeys = {
+    list: async () => (await request("GET", "/passkeys")).passkeys,
+    async register(name) {
+      const options = await request("POST", "/passkeys/register/options");
+      const credential = await ceremony("create", creationOptions(options));
+      return request("POST", "/passkeys/register", { credential: toJSON(credential), name });
+    },
+    async signIn() {
+      const options = await request("POST", "/passkeys/login/options");
+      const credential = await ceremony("get", requestOptions(options));
+      await request("POST", "/passkeys/login", { credential: toJSON(credential) });
+      return steppedUp();
+    },
+    rename: (id, name) => request("PATCH", `/passkeys/${encodeURIComponent(id)}`, { name }),
+    remove: (id, password) =>
+      request("DELETE", `/passkeys/${encodeURIComponent(id)}`, { password }),
+  };
 
   async function logout() {
     // Under the refresh lock: no other tab rotates the token while it is being revoked.
@@ -235,6 +305,8 @@ export function createClient({ baseUrl = "", prefix = DEFAULT_PREFIX } = {}) {
     register: (email, password) => request("POST", "/register", { email, password }),
     logout,
     me,
+    mfa,
+    passkeys,
     fetch: authFetch,
     request,
     url,
@@ -247,4 +319,92 @@ export function createClient({ baseUrl = "", prefix = DEFAULT_PREFIX } = {}) {
       channel?.close();
     },
   };
+}
+
+// --- passkeys: the WebAuthn ceremony in the browser -----------------------------------------
+// The server's options are WebAuthn's JSON form (base64url for every byte string); browsers
+// with `parseCreationOptionsFromJSON` / `toJSON` (WebAuthn Level 3) convert them themselves,
+// the others through the few lines below.
+
+function fromBase64url(text) {
+  const base64 = text.replaceAll("-", "+").replaceAll("_", "/");
+  const binary = atob(base64 + "=".repeat((4 - (base64.length % 4)) % 4));
+  return Uint8Array.from(binary, (char) => char.charCodeAt(0)).buffer;
+}
+
+function toBase64url(buffer) {
+  let binary = "";
+  for (const byte of new Uint8Array(buffer)) binary += String.fromCharCode(byte);
+  return btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+}
+
+const withIds = (list) => list?.map((item) => ({ ...item, id: fromBase64url(item.id) }));
+
+function creationOptions(answer) {
+  const json = answer?.publicKey ?? answer;
+  if (typeof PublicKeyCredential?.parseCreationOptionsFromJSON === "function") {
+    return PublicKeyCredential.parseCreationOptionsFromJSON(json);
+  }
+  return {
+    ...json,
+    challenge: fromBase64url(json.challenge),
+    user: { ...json.user, id: fromBase64url(json.user.id) },
+    excludeCredentials: withIds(json.excludeCredentials),
+  };
+}
+
+function requestOptions(answer) {
+  const json = answer?.publicKey ?? answer;
+  if (typeof PublicKeyCredential?.parseRequestOptionsFromJSON === "function") {
+    return PublicKeyCredential.parseRequestOptionsFromJSON(json);
+  }
+  return {
+    ...json,
+    challenge: fromBase64url(json.challenge),
+    allowCredentials: withIds(json.allowCredentials),
+  };
+}
+
+function toJSON(credential) {
+  if (typeof credential.toJSON === "function") return credential.toJSON();
+  const response = {};
+  for (const key of ["clientDataJSON", "attestationObject", "authenticatorData", "signature"]) {
+    if (credential.response[key]) response[key] = toBase64url(credential.response[key]);
+  }
+  if (credential.response.userHandle) {
+    response.userHandle = toBase64url(credential.response.userHandle);
+  }
+  if (typeof credential.response.getTransports === "function") {
+    response.transports = credential.response.getTransports();
+  }
+  return {
+    id: credential.id,
+    rawId: toBase64url(credential.rawId),
+    type: credential.type,
+    authenticatorAttachment: credential.authenticatorAttachment ?? undefined,
+    clientExtensionResults: credential.getClientExtensionResults(),
+    response,
+  };
+}
+
+/** `navigator.credentials.create/get`; what the browser refuses becomes an AuthgateError of
+ * status 0: "passkey_unsupported", "passkey_cancelled" (dismissed, timed out, not allowed),
+ * "passkey_exists" (this authenticator already holds one for the account). */
+async function ceremony(kind, publicKey) {
+  if (!globalThis.navigator?.credentials || typeof PublicKeyCredential !== "function") {
+    throw new AuthgateError(0, "passkey_unsupported", "This browser does not support passkeys.");
+  }
+  try {
+    const credential = await navigator.credentials[kind]({ publicKey });
+    if (!credential) throw new DOMException("no credential", "NotAllowedError");
+    return credential;
+  } catch (error) {
+    if (error?.name === "InvalidStateError") {
+      throw new AuthgateError(0, "passkey_exists", "This device already has a passkey here.");
+    }
+    if (error?.name === "NotAllowedError" || error?.name === "AbortError") {
+      throw new AuthgateError(0, "passkey_cancelled", "The passkey was not used.");
+    }
+    throw new AuthgateError(0, "passkey_failed", String(error?.message ?? error));
+  }
 }

@@ -1,8 +1,9 @@
-// /account: the signed-in person's profile, sessions, password, email address and deletion,
-// all through the JSON API (contract §5) with the browser client, which adds the CSRF header
+// /account: the signed-in person's profile, sessions, password, email address, second factors
+// (second_factors.js) and deletion, all through the JSON API (contract §5) with the browser client, which adds the CSRF header
 // and refreshes the session when the access token has expired. Not signed in (or signed out
 // in another tab): off to /login, back here afterwards.
 import { client, explain, onSubmit, ready, say } from "./page.js";
+import { setUpSecondFactors } from "./second_factors.js";
 
 const LOGIN = "/login?next=%2Faccount";
 const $ = (id) => document.getElementById(id);
@@ -209,5 +210,7 @@ await attempt(async () => {
   }
   showProfile(user);
   await showSessions();
+  // Adding the first factor or removing one signs the other sessions out: list them again.
+  await setUpSecondFactors(auth, attempt, { sessionsChanged: showSessions });
 });
 ready();

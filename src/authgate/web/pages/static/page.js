@@ -34,6 +34,9 @@ export function explain(error) {
   if (!error || typeof error.status !== "number") {
     return "Something went wrong. Please try again.";
   }
+  if (error.status === 0 && error.code !== "network_error") {
+    return error.detail; // the browser refused something itself (a passkey ceremony)
+  }
   if (error.status === 0) {
     return "The service cannot be reached. Check your connection and try again.";
   }
