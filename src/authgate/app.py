@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from authgate import events
 from authgate.cache.base import Cache, RedisCache, open_cache
 from authgate.cache.counters import CounterStore, RedisCounters
 from authgate.cache.ratelimit import RateLimiter, budgets_from
@@ -109,6 +110,9 @@ class AuthGate:
         self.assurance = Assurance(self.services, self.sessions)
         self.mfa = MfaService(self.services, self.assurance)
         self.passkeys = PasskeyService(self.services, self.assurance)
+        #: Where every event of this gate's requests also goes (`events.Sink`): the audit log
+        #: and the metrics add theirs.
+        self.event_sinks: list[events.Sink] = []
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
@@ -158,6 +162,7 @@ class AuthGate:
             RequestGuard,
             max_body_bytes=self.config.max_body_bytes,
             trusted_proxies=trusted_networks(self.config),
+            sinks=self.event_sinks,
         )
 
 

@@ -10,6 +10,7 @@ Every record goes to the `authgate.events` logger with the message set to the ev
     session_id  the token family, when one is concerned (an identifier, not a credential)
     reason      a fixed word for failures (unknown_email, wrong_password, inactive, ...)
     factor      the second factor concerned: totp, recovery_code or passkey
+    actor       who did an admin action: "user:<id>" (a superuser) or "admin_token"
     request_id, client_ip, user_agent   from the HTTP request, when there is one
 
 No value is ever a password, token or token digest: callers pass only the fields above.
@@ -23,6 +24,7 @@ import contextvars
 import json
 import logging
 import re
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,6 +33,7 @@ __all__ = [
     "AccessLogFilter",
     "JsonFormatter",
     "RequestContext",
+    "Sink",
     "TextFormatter",
     "emit",
     "log_config",
@@ -73,17 +76,41 @@ EVENT_NAMES = frozenset(
         "passkey_registered",
         "passkey_used",
         "passkey_renamed",
+        # The admin API (contract §10); `actor` names who acted.
+        "admin_user_created",
+        "admin_user_updated",
+        "admin_user_deleted",
+        "admin_sessions_revoked",
     }
 )
 
 
-class RequestContext:
-    __slots__ = ("client_ip", "request_id", "user_agent")
+#: Receives every record `emit` makes in a context that lists it (the audit log, metrics).
+#: Called synchronously, so it must be quick and must not raise (an exception is logged by
+#: type and swallowed: an audit sink never fails the request it records).
+Sink = Callable[[Mapping[str, Any]], None]
 
-    def __init__(self, request_id: str, client_ip: str | None, user_agent: str | None) -> None:
+
+class RequestContext:
+    """Who a step is done for (a request, or a CLI command) and where its records go.
+
+    `sinks` is the application's own list (`AuthGate.event_sinks`), not a copy: sinks added
+    after the application was built still hear its requests. Several applications in one
+    process (tests, two mounted gates) each reach only their own sinks."""
+
+    __slots__ = ("client_ip", "request_id", "sinks", "user_agent")
+
+    def __init__(
+        self,
+        request_id: str,
+        client_ip: str | None,
+        user_agent: str | None,
+        sinks: Sequence[Sink] = (),
+    ) -> None:
         self.request_id = request_id
         self.client_ip = client_ip
         self.user_agent = user_agent
+        self.sinks = sinks
 
 
 request_context: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(
@@ -99,6 +126,7 @@ def emit(
     session_id: str | None = None,
     reason: str | None = None,
     factor: str | None = None,
+    actor: str | None = None,
 ) -> None:
     if event not in EVENT_NAMES:
         raise ValueError(f"unknown event {event!r}")
@@ -111,6 +139,8 @@ def emit(
         record["reason"] = reason
     if factor is not None:
         record["factor"] = factor
+    if actor is not None:
+        record["actor"] = actor
     ctx = request_context.get()
     if ctx is not None:
         record["request_id"] = ctx.request_id
@@ -118,6 +148,12 @@ def emit(
         record["user_agent"] = (ctx.user_agent or "")[:256]
     level = logging.INFO if outcome == "success" else logging.WARNING
     logger.log(level, event, extra={"authgate": record})
+    if ctx is not None:
+        for sink in ctx.sinks:
+            try:
+                sink(record)
+            except Exception as exc:  # a sink never fails the step it records
+                logger.error("event sink failed: %s", type(exc).__name__)
 
 
 class JsonFormatter(logging.Formatter):

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from authgate import events
 from authgate.events import JsonFormatter
 
 
@@ -113,3 +114,40 @@ def test_redact_url_hides_every_credential(url: str, shown: str) -> None:
     assert _redact_url(url) == shown
     assert "hunter2" not in shown
     assert "ter2" not in shown
+
+
+# --- sinks (the audit log and the metrics hear every event of their application) --------
+
+
+def test_sinks_of_the_context_get_every_record_and_a_failing_one_is_contained(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    heard: list[dict[str, object]] = []
+
+    def broken(record: object) -> None:
+        raise RuntimeError("secret-looking text that must not be logged")
+
+    sinks: list[events.Sink] = [lambda record: heard.append(dict(record)), broken]
+    token = events.request_context.set(events.RequestContext("rid-1", "10.0.0.1", "ua", sinks))
+    try:
+        with caplog.at_level(logging.INFO):
+            events.emit("logged_out", user_id=7, session_id="s" * 32, actor="admin_token")
+    finally:
+        events.request_context.reset(token)
+    assert heard == [
+        {
+            "event": "logged_out",
+            "outcome": "success",
+            "user_id": 7,
+            "session_id": "s" * 32,
+            "actor": "admin_token",
+            "request_id": "rid-1",
+            "client_ip": "10.0.0.1",
+            "user_agent": "ua",
+        }
+    ]
+    assert "event sink failed: RuntimeError" in caplog.text
+    assert "secret-looking" not in caplog.text
+    # Outside a context that names them, no sink hears anything.
+    events.emit("logged_out", user_id=8)
+    assert len(heard) == 1

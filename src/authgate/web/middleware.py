@@ -38,10 +38,14 @@ class RequestGuard:
         *,
         max_body_bytes: int,
         trusted_proxies: Sequence[IPv4Network | IPv6Network] = (),
+        sinks: Sequence[events.Sink] = (),
     ) -> None:
+        """`sinks`: where the events of this application's requests also go (the list
+        itself is kept: sinks added later are heard too)."""
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.trusted_proxies = tuple(trusted_proxies)
+        self.sinks = sinks
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -67,7 +71,7 @@ class RequestGuard:
         scope.setdefault("state", {})["authgate_client_ip"] = ip
         user_agent = user_agent_raw.decode("latin-1")
         token = events.request_context.set(
-            events.RequestContext(request_id, ip, user_agent or None)
+            events.RequestContext(request_id, ip, user_agent or None, self.sinks)
         )
 
         async def send_with_id(message: Message) -> None:
