@@ -1201,21 +1201,27 @@ class SoftAuthenticator:
         uv: bool = True,
         origin: str | None = None,
         rp_id: str | None = None,
+        reuse: SoftCredential | None = None,
     ) -> dict[str, Any]:
-        """Make a credential for creation options (`options_to_json` output): its toJSON()."""
+        """Make a credential for creation options (`options_to_json` output): its toJSON().
+        `reuse`: answer with a credential held already, as a broken or hostile authenticator
+        that ignores excludeCredentials would."""
         import cbor2
 
-        held = {c.id for c in self.credentials}
-        excluded = {unb64url(d["id"]) for d in options.get("excludeCredentials", [])}
-        assert not held & excluded, "InvalidStateError: this authenticator is excluded"
         assert options["authenticatorSelection"]["residentKey"] == "required"
         assert options["authenticatorSelection"]["userVerification"] == "required"
-        credential = SoftCredential(
-            id=secrets.token_bytes(16),
-            key=ec.generate_private_key(ec.SECP256R1()),
-            user_handle=unb64url(options["user"]["id"]),
-        )
-        self.credentials.append(credential)
+        if reuse is not None:
+            credential = reuse
+        else:
+            held = {c.id for c in self.credentials}
+            excluded = {unb64url(d["id"]) for d in options.get("excludeCredentials", [])}
+            assert not held & excluded, "InvalidStateError: this authenticator is excluded"
+            credential = SoftCredential(
+                id=secrets.token_bytes(16),
+                key=ec.generate_private_key(ec.SECP256R1()),
+                user_handle=unb64url(options["user"]["id"]),
+            )
+            self.credentials.append(credential)
         numbers = credential.key.public_key().public_numbers()
         cose_key = cbor2.dumps(
             {

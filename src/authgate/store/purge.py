@@ -17,7 +17,14 @@ from sqlalchemy import Column, Table, and_, delete, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from authgate.store.db import Database
-from authgate.store.models import Base, OneTimeToken, RateLimitCounter, RefreshToken, Session
+from authgate.store.models import (
+    Base,
+    OneTimeToken,
+    RateLimitCounter,
+    RefreshToken,
+    Session,
+    WebAuthnChallenge,
+)
 
 __all__ = ["KEEP_SPENT", "PurgeResult", "purge"]
 
@@ -28,6 +35,7 @@ _sessions: Table = Base.metadata.tables[Session.__tablename__]
 _tokens: Table = Base.metadata.tables[RefreshToken.__tablename__]
 _one_time: Table = Base.metadata.tables[OneTimeToken.__tablename__]
 _counters: Table = Base.metadata.tables[RateLimitCounter.__tablename__]
+_challenges: Table = Base.metadata.tables[WebAuthnChallenge.__tablename__]
 _newer_spent = _tokens.alias("newer")
 
 
@@ -37,17 +45,25 @@ class PurgeResult:
     refresh_tokens: int = 0
     one_time_tokens: int = 0
     rate_limit_counters: int = 0
+    webauthn_challenges: int = 0
     batches: int = 0
 
     @property
     def total(self) -> int:
-        return self.sessions + self.refresh_tokens + self.one_time_tokens + self.rate_limit_counters
+        return (
+            self.sessions
+            + self.refresh_tokens
+            + self.one_time_tokens
+            + self.rate_limit_counters
+            + self.webauthn_challenges
+        )
 
 
 async def purge(db: Database, now: datetime, batch_size: int = 5000) -> PurgeResult:
     """Delete finished sessions (their refresh tokens by cascade), expired refresh tokens and
     spent ones beyond the newest `KEEP_SPENT` of their family, spent or expired one-time
-    tokens, and rate-limit counters whose window is over."""
+    tokens, rate-limit counters whose window is over, and expired WebAuthn challenges (a
+    ceremony that was never finished)."""
     result = PurgeResult()
     result.sessions = await _drain(db, _sessions.c.id, _session_over(now), "", batch_size, result)
     result.refresh_tokens = await _drain(
@@ -63,6 +79,9 @@ async def purge(db: Database, now: datetime, batch_size: int = 5000) -> PurgeRes
     )
     result.rate_limit_counters = await _drain(
         db, _counters.c.key, _counters.c.window_end <= now, "", batch_size, result
+    )
+    result.webauthn_challenges = await _drain(
+        db, _challenges.c.id, _challenges.c.expires_at <= now, 0, batch_size, result
     )
     return result
 
