@@ -11,6 +11,7 @@ the events.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -20,7 +21,9 @@ import pytest
 
 from tests.helpers import (
     PASSWORD,
+    Backend,
     FakeClock,
+    SmtpSink,
     SoftAuthenticator,
     add_passkey,
     assert_error,
@@ -28,9 +31,11 @@ from tests.helpers import (
     bearer,
     claims_of,
     cookie_value,
+    gate_and_app,
     login,
     refresh,
     register,
+    running,
     set_cookies,
 )
 
@@ -663,3 +668,89 @@ async def test_events_carry_no_credential_material(
     }
     for secret in secrets_seen:
         assert secret not in text
+
+
+# --- races, inactive users, cookies, notices ------------------------------------------------
+
+
+async def test_one_assertion_sent_twice_at_once_signs_in_once(client: httpx.AsyncClient) -> None:
+    authenticator, _ = await with_passkey(client)
+    options = await login_options(client)
+    assertion = authenticator.get(options)
+    answers = await asyncio.gather(
+        *(client.post(SIGN_IN, json={"credential": assertion}) for _ in range(4))
+    )
+    assert sorted(a.status_code for a in answers) == [200, 401, 401, 401]
+
+
+async def test_an_inactive_user_cannot_sign_in_with_a_passkey(
+    backend: Backend, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="authgate.events")
+    gate, app = gate_and_app(backend, clock)
+    async with running(app) as client:
+        authenticator, _ = await with_passkey(client)
+        assert await gate.accounts.set_active(ANN, False) is not None
+        assert_error(await passkey_sign_in(client, authenticator), 401, "invalid_credentials")
+        client.cookies.clear()
+        assert await gate.accounts.set_active(ANN, True) is not None
+        token_answer(await passkey_sign_in(client, authenticator))
+    reasons = [
+        r.authgate.get("reason")  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.name == "authgate.events" and r.getMessage() == "login_failed"
+    ]
+    assert reasons == ["inactive"]
+
+
+async def test_the_cookie_session_needs_the_csrf_header(client: httpx.AsyncClient) -> None:
+    """A browser: the access token in its cookie. Registration and the second step act on
+    that session, so they need X-CSRF-Token; a passkey sign-in beside a session that does not
+    wait acts on none."""
+    authenticator, _ = await with_passkey(client)
+    pending = await client.post("/auth/login", json={"email": ANN, "password": PASSWORD})
+    csrf = cookie_value(set_cookies(pending)["svc_csrf_token"])
+    options = await login_options(client)
+    answer = await client.post(SIGN_IN, json={"credential": authenticator.get(options)})
+    assert_error(answer, 403, "csrf_failed")
+    options = await login_options(client)
+    answer = await client.post(
+        SIGN_IN, json={"credential": authenticator.get(options)}, headers={"X-CSRF-Token": csrf}
+    )
+    stepped = token_answer(answer)
+    assert (
+        claims_of(stepped["access_token"])["sid"]
+        == claims_of(pending.json()["access_token"])["sid"]
+    )
+    # The jar now holds the aal2 session's cookies.
+    assert_error(await client.post("/auth/passkeys/register/options"), 403, "csrf_failed")
+    csrf = client.cookies["svc_csrf_token"]
+    creation = await client.post("/auth/passkeys/register/options", headers={"X-CSRF-Token": csrf})
+    assert creation.status_code == 200, creation.text
+    assert (await client.get("/auth/passkeys")).status_code == 200
+    # A new passkey sign-in from this browser opens a new session, no header needed.
+    signed = token_answer(await passkey_sign_in(client, authenticator))
+    assert claims_of(signed["access_token"])["sid"] != claims_of(stepped["access_token"])["sid"]
+
+
+async def test_notices_for_a_passkey_added_and_removed(
+    backend: Backend, clock: FakeClock, smtp_sink: SmtpSink
+) -> None:
+    _, app = gate_and_app(backend, clock, smtp_url=smtp_sink.url)
+    async with running(app) as client:
+        _, tokens = await with_passkey(client)
+        [added] = await smtp_sink.wait_for(1)
+        [passkey] = await passkeys_of(client, tokens["access_token"])
+        removed = await client.request(
+            "DELETE",
+            f"/auth/passkeys/{passkey['id']}",
+            json={"password": PASSWORD},
+            headers=bearer(tokens["access_token"]),
+        )
+        assert removed.status_code == 204, removed.text
+        [_, gone] = await smtp_sink.wait_for(2)
+    for notice, verb in ((added, "added"), (gone, "removed")):
+        assert notice["To"] == ANN
+        assert verb in notice["Subject"].lower()
+        text = notice.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+        assert "passkey" in text.lower()
