@@ -754,3 +754,20 @@ async def test_notices_for_a_passkey_added_and_removed(
         assert verb in notice["Subject"].lower()
         text = notice.get_body(("plain",)).get_content()  # type: ignore[union-attr]
         assert "passkey" in text.lower()
+
+
+async def test_the_user_handle_must_name_the_passkeys_owner(client: httpx.AsyncClient) -> None:
+    """The user handle is not signed; the credential id decides, and a handle naming anyone
+    else is refused (WebAuthn §7.2 step 6)."""
+    ann_key, _ = await with_passkey(client, ANN)
+    bob_key, _ = await with_passkey(client, BOB)
+    handle = ann_key.credentials[0].user_handle
+    assert handle != bob_key.credentials[0].user_handle
+    assert ANN.encode() not in handle
+    ann_key.credentials[0].user_handle = bob_key.credentials[0].user_handle
+    assert_error(await passkey_sign_in(client, ann_key), 401, "invalid_credentials")
+    client.cookies.clear()
+    ann_key.credentials[0].user_handle = handle
+    signed = token_answer(await passkey_sign_in(client, ann_key))
+    me = await client.get("/auth/me", headers=bearer(signed["access_token"]))
+    assert me.json()["email"] == ANN
