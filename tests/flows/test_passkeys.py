@@ -771,3 +771,26 @@ async def test_the_user_handle_must_name_the_passkeys_owner(client: httpx.AsyncC
     signed = token_answer(await passkey_sign_in(client, ann_key))
     me = await client.get("/auth/me", headers=bearer(signed["access_token"]))
     assert me.json()["email"] == ANN
+
+
+async def test_a_pending_session_that_ended_is_not_stepped_up(client: httpx.AsyncClient) -> None:
+    authenticator, _ = await with_passkey(client)
+    pending = await login(client)
+    client.cookies.clear()
+    out = await client.post(
+        "/auth/logout",
+        json={"refresh_token": pending["refresh_token"]},
+        headers=bearer(pending["access_token"]),
+    )
+    assert out.status_code == 200
+    client.cookies.clear()
+    options = await login_options(client)
+    answer = await client.post(
+        SIGN_IN,
+        json={"credential": authenticator.get(options)},
+        headers=bearer(pending["access_token"]),
+    )
+    # The token no longer names a live session: this is a plain passkey sign-in, a new session.
+    signed = token_answer(answer)
+    assert claims_of(signed["access_token"])["sid"] != claims_of(pending["access_token"])["sid"]
+    assert claims_of(signed["access_token"])["amr"] == ["hwk", "user"]

@@ -251,7 +251,11 @@ class PasskeyService:
         kind = _kind(device_type)
         if pending is not None:
             level = Level(2, ("pwd", kind, "user"))
-            tokens = await self.assurance.step_up(stored.user_id, pending.session_id, level)
+            try:
+                tokens = await self.assurance.step_up(stored.user_id, pending.session_id, level)
+            except NotAuthenticated:
+                self._failed(event, stored.user_id, "session_over")
+                raise
             events.emit(
                 "mfa_verified",
                 user_id=stored.user_id,
