@@ -73,7 +73,7 @@ def mfa_router(gate: AuthGate) -> APIRouter:
         return RecoveryCodesResponse(recovery_codes=codes)
 
     @router.delete(
-        "/mfa/totp", status_code=204, responses=error_responses(401, 403, 404, 413, 429, 503)
+        "/mfa/totp", status_code=204, responses=error_responses(400, 401, 403, 404, 413, 429, 503)
     )
     async def remove_totp(body: PasswordConfirmation, request: Request) -> Response:
         user, current = await authenticated_session(gate, request)
@@ -85,7 +85,7 @@ def mfa_router(gate: AuthGate) -> APIRouter:
     @router.post(
         "/mfa/recovery-codes",
         response_model=RecoveryCodesResponse,
-        responses=error_responses(401, 403, 409, 413, 429, 503),
+        responses=error_responses(400, 401, 403, 409, 413, 429, 503),
     )
     async def regenerate_recovery_codes(
         body: PasswordConfirmation, request: Request, response: Response
