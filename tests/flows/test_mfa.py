@@ -343,6 +343,24 @@ async def test_five_wrong_codes_lock_the_second_step(
         assert_token_response(await verify(client, access, code=later))
 
 
+async def test_wrong_codes_at_enrolment_count_toward_the_lock_out(
+    make_client: AppFactory, clock: FakeClock
+) -> None:
+    async with make_client(rate_limits=True) as client:
+        await register(client)
+        auth = bearer((await login(client))["access_token"])
+        client.cookies.clear()
+        secret = (await client.post("/auth/mfa/totp", headers=auth)).json()["secret"]
+        for _ in range(5):
+            wrong = {"code": wrong_code(secret, clock())}
+            answer = await client.post("/auth/mfa/totp/confirm", json=wrong, headers=auth)
+            assert_error(answer, 400, "invalid_code")
+        right = {"code": totp_code(secret, clock())}
+        locked = await client.post("/auth/mfa/totp/confirm", json=right, headers=auth)
+        assert_error(locked, 429, "rate_limited")
+        assert (await client.get("/auth/mfa", headers=auth)).json()["totp"] == "pending"
+
+
 # --- recovery codes -----------------------------------------------------------------------
 
 
