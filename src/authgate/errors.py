@@ -7,7 +7,9 @@ strings: no message ever interpolates a secret, a token or a password.
     AuthError
     ├── BadRequest (400)
     │   ├── InvalidOneTimeToken          invalid_token
-    │   └── InvalidCode                  invalid_code
+    │   ├── InvalidCode                  invalid_code
+    │   ├── PasskeyRejected              passkey_rejected
+    │   └── PasswordRequired             password_required
     ├── Unauthorized (401)
     │   ├── InvalidCredentials           invalid_credentials
     │   ├── NotAuthenticated             not_authenticated
@@ -44,7 +46,9 @@ __all__ = [
     "NotAuthenticated",
     "NotConfigured",
     "NotFound",
+    "PasskeyRejected",
     "PasswordRejected",
+    "PasswordRequired",
     "PayloadTooLarge",
     "RateLimited",
     "RefreshTokenReused",
@@ -67,6 +71,19 @@ class AuthError(Exception):
 
 class BadRequest(AuthError):
     pass
+
+
+class PasskeyRejected(BadRequest):
+    """A registration answer that is malformed, fails verification, or comes without a live
+    challenge of this browser; or a sign-in answer that is not even a credential."""
+
+    code = "passkey_rejected"
+    detail = "The passkey response is not valid; start again."
+
+
+class PasswordRequired(BadRequest):
+    code = "password_required"
+    detail = "Confirm with your password to remove a passkey."
 
 
 class InvalidOneTimeToken(BadRequest):

@@ -14,7 +14,7 @@
   second step of a login) and one that is not (a step-up). The session keeps its methods and
   gains "otp" (RFC 8176: TOTP and recovery codes are both one-time passwords) at `aal2`.
 - Removing the factor or making new recovery codes asks for the password again, with the
-  same failed-login slot as self-service (`SelfService._prove`).
+  same failed-login slot as self-service (`SelfService.prove_password`).
 
 No code, secret or URI is ever in an event, a log line or an error.
 """
@@ -32,7 +32,7 @@ from authgate.factors.sealing import SealError
 from authgate.principal import Level, Principal
 from authgate.services.assurance import Assurance
 from authgate.services.context import Services
-from authgate.services.self_service import SelfService, _when
+from authgate.services.self_service import SelfService, when
 from authgate.services.sessions import IssuedTokens
 from authgate.store.factors import FactorStatus, FactorStore, TotpRow
 from authgate.store.levels import raise_level
@@ -134,7 +134,7 @@ class MfaService:
         events.emit("factor_enrolled", user_id=user.id, session_id=session_id, factor="totp")
         for sid in revoked:
             events.emit("session_revoked", user_id=user.id, session_id=sid, reason="factor_added")
-        self._account._notify("factor_added", user.email, factor=_APP, changed_at=_when(now))
+        self._account.notify("factor_added", user.email, factor=_APP, changed_at=when(now))
         return codes
 
     # --- removal and new recovery codes -------------------------------------------------
@@ -143,7 +143,7 @@ class MfaService:
         self, user: Principal, session_id: str, password: str, *, client_ip: str
     ) -> None:
         """Remove the factor and its recovery codes; every other session is revoked."""
-        await self._account._prove(user, password, client_ip, "factor_removed")
+        await self._account.prove_password(user, password, client_ip, "factor_removed")
         now = self.sv.clock()
         async with self.sv.db.write() as s:
             row = await FactorStore(s).totp(user.id)
@@ -157,7 +157,7 @@ class MfaService:
         for sid in revoked:
             events.emit("session_revoked", user_id=user.id, session_id=sid, reason="factor_removed")
         if row.confirmed:
-            self._account._notify("factor_removed", user.email, factor=_APP, changed_at=_when(now))
+            self._account.notify("factor_removed", user.email, factor=_APP, changed_at=when(now))
 
     async def regenerate_recovery_codes(
         self, user: Principal, password: str, *, client_ip: str
@@ -167,7 +167,7 @@ class MfaService:
             row = await FactorStore(s).totp(user.id)
         if row is None or not row.confirmed:
             raise Conflict("Recovery codes come with an enabled authenticator app.")
-        await self._account._prove(user, password, client_ip, "recovery_codes_regenerated")
+        await self._account.prove_password(user, password, client_ip, "recovery_codes_regenerated")
         codes = recovery.new_codes()
         async with self.sv.db.write() as s:
             factors = FactorStore(s)
@@ -242,8 +242,8 @@ class MfaService:
         events.emit(
             "recovery_code_used", user_id=user.id, session_id=session_id, factor="recovery_code"
         )
-        self._account._notify(
-            "recovery_code_used", user.email, changed_at=_when(now), remaining=str(remaining)
+        self._account.notify(
+            "recovery_code_used", user.email, changed_at=when(now), remaining=str(remaining)
         )
         return True
 

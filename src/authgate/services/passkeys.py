@@ -20,7 +20,13 @@ from typing import Any
 
 from authgate import events
 from authgate.cache.ratelimit import Policy
-from authgate.errors import BadRequest, InvalidCredentials, NotAuthenticated, NotFound
+from authgate.errors import (
+    InvalidCredentials,
+    NotAuthenticated,
+    NotFound,
+    PasskeyRejected,
+    PasswordRequired,
+)
 from authgate.factors.passkeys import (
     CeremonyFailed,
     authentication_options,
@@ -34,7 +40,7 @@ from authgate.mail.delivery import NoticeKind
 from authgate.principal import Client, Level, Principal
 from authgate.services.assurance import Assurance
 from authgate.services.context import Services
-from authgate.services.self_service import SelfService, _when
+from authgate.services.self_service import SelfService, when
 from authgate.services.sessions import IssuedTokens
 from authgate.store.factors import FactorStore
 from authgate.store.levels import raise_level
@@ -42,23 +48,10 @@ from authgate.store.passkeys import PasskeyInfo, PasskeyStore
 from authgate.store.sessions import SessionStore
 from authgate.tokens.keys import AccessClaims, digest, new_opaque_token
 
-__all__ = ["Ceremony", "PasskeyRejected", "PasskeyService", "PasswordRequired"]
+__all__ = ["Ceremony", "PasskeyService"]
 
 _REGISTER = "register"
 _LOGIN = "login"
-
-
-class PasskeyRejected(BadRequest):
-    """A registration answer that is malformed, fails verification, or comes without a live
-    challenge of this browser; or a sign-in answer that is not even a credential."""
-
-    code = "passkey_rejected"
-    detail = "The passkey response is not valid; start again."
-
-
-class PasswordRequired(BadRequest):
-    code = "password_required"
-    detail = "Confirm with your password to remove a passkey."
 
 
 #: One answer for every failed passkey sign-in (unknown credential, bad signature, stale or
@@ -149,7 +142,7 @@ class PasskeyService:
             events.emit("session_revoked", user_id=user.id, session_id=sid, reason="factor_added")
         events.emit("passkey_registered", user_id=user.id, session_id=session_id, factor="passkey")
         events.emit("factor_enrolled", user_id=user.id, session_id=session_id, factor="passkey")
-        self._notify("factor_added", user.email, factor="a passkey", changed_at=_when(now))
+        self._notify("factor_added", user.email, factor="a passkey", changed_at=when(now))
         return added
 
     # --- the account page ------------------------------------------------------------------
@@ -180,7 +173,7 @@ class PasskeyService:
         account); every other session of the user is revoked, this one goes on."""
         if password is None:
             raise PasswordRequired()
-        await self._self_service._prove(user, password, client_ip, "factor_removed")
+        await self._self_service.prove_password(user, password, client_ip, "factor_removed")
         now = self.sv.clock()
         async with self.sv.db.write() as s:
             if not await PasskeyStore(s).remove(user.id, passkey_id):
@@ -192,7 +185,7 @@ class PasskeyService:
         events.emit("factor_removed", user_id=user.id, session_id=session_id, factor="passkey")
         for sid in revoked:
             events.emit("session_revoked", user_id=user.id, session_id=sid, reason="factor_removed")
-        self._notify("factor_removed", user.email, factor="a passkey", changed_at=_when(now))
+        self._notify("factor_removed", user.email, factor="a passkey", changed_at=when(now))
 
     # --- sign-in ----------------------------------------------------------------------------
 
@@ -304,4 +297,4 @@ class PasskeyService:
         events.emit(event, outcome="failure", user_id=user_id, reason=reason, factor="passkey")
 
     def _notify(self, kind: NoticeKind, email: str, **context: str) -> None:
-        self._self_service._notify(kind, email, **context)
+        self._self_service.notify(kind, email, **context)

@@ -32,7 +32,7 @@ from authgate.store.sessions import SessionStore
 from authgate.store.users import Credentials, UserStore
 from authgate.tokens.keys import digest, new_opaque_token
 
-__all__ = ["SelfService"]
+__all__ = ["SelfService", "when"]
 
 #: A session id as `new_session_id` makes them; anything else is no session (404, unread).
 _SESSION_ID = re.compile(r"[0-9A-Za-z_-]{16,64}")
@@ -93,7 +93,9 @@ class SelfService:
         event = "password_changed"
         # The new password is hashed whether or not the current one is right: the same
         # argon2 work on every path.
-        proof, new_hash = await self._prove(user, current_password, client_ip, event, new_password)
+        proof, new_hash = await self.prove_password(
+            user, current_password, client_ip, event, new_password
+        )
         now = self.sv.clock()
         async with self.sv.db.write() as s:
             # A compare-and-swap on the hash just verified: a reset or another change that
@@ -115,7 +117,7 @@ class SelfService:
             events.emit(
                 "session_revoked", user_id=proof.user_id, session_id=sid, reason="password_changed"
             )
-        self._notify("password_changed", user.email, changed_at=_when(now))
+        self.notify("password_changed", user.email, changed_at=when(now))
 
     # --- email change -----------------------------------------------------------------
 
@@ -130,7 +132,7 @@ class SelfService:
         except EmailProblem as exc:
             raise BadRequest(f"Invalid email address: {exc}") from None
         event = "email_change_requested"
-        proof, _ = await self._prove(user, password, client_ip, event)
+        proof, _ = await self.prove_password(user, password, client_ip, event)
         async with self.sv.db.read() as s:
             taken = await UserStore(s).email_key_taken(key)
         if taken:
@@ -153,7 +155,7 @@ class SelfService:
             )
         events.emit(event, user_id=proof.user_id)
         self.sv.background.spawn(sender.send(address, token), "email change mail")
-        self._notify("email_change_requested", user.email, new_email=address)
+        self.notify("email_change_requested", user.email, new_email=address)
 
     async def confirm_email_change(self, token: str) -> None:
         """The account's address becomes the one the token was mailed to, verified.
@@ -187,7 +189,7 @@ class SelfService:
     async def delete_account(self, user: Principal, password: str, *, client_ip: str) -> None:
         """Delete the account, its sessions and every token, in one transaction."""
         event = "account_deleted"
-        proof, _ = await self._prove(user, password, client_ip, event)
+        proof, _ = await self.prove_password(user, password, client_ip, event)
         async with self.sv.db.write() as s:
             revoked = await UserStore(s).delete(proof.user_id)
         await self.sv.sessions_revoked(revoked)
@@ -196,7 +198,7 @@ class SelfService:
 
     # --- helpers ----------------------------------------------------------------------
 
-    async def _prove(
+    async def prove_password(
         self,
         user: Principal,
         password: str,
@@ -233,12 +235,13 @@ class SelfService:
             raise NotConfigured("Email change is not configured.")
         return sender
 
-    def _notify(self, kind: NoticeKind, email: str, **context: str) -> None:
+    def notify(self, kind: NoticeKind, email: str, **context: str) -> None:
         """A notice to the account's address, after the answer; none without SMTP."""
         notices = self.sv.notices
         if notices is not None:
             self.sv.background.spawn(notices.send(kind, email, **context), f"{kind} notice")
 
 
-def _when(moment: datetime) -> str:
+def when(moment: datetime) -> str:
+    """A moment as the notice mails say it ("2026-11-23 14:05 UTC")."""
     return moment.strftime("%Y-%m-%d %H:%M UTC")
