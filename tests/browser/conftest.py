@@ -86,6 +86,7 @@ from tests.helpers import IN_CI, clean_env, free_port
 if TYPE_CHECKING:
     from playwright.async_api import (
         BrowserContext,
+        CDPSession,
         ConsoleMessage,
         Page,
         Playwright,
@@ -105,6 +106,7 @@ __all__ = [
     "LiveServer",
     "Seen",
     "ServeFactory",
+    "VirtualAuthenticator",
     "Watch",
     "access_claims",
     "add_virtual_authenticator",
@@ -477,10 +479,26 @@ async def access_claims(context: BrowserContext, server: LiveServer) -> dict[str
     return claims
 
 
-async def add_virtual_authenticator(context: BrowserContext, page: Page) -> str:
-    """A platform authenticator for every page of `context` (the DevTools WebAuthn domain):
-    CTAP2, internal transport, discoverable credentials, user verification that succeeds,
-    presence simulated. Returns its id (for `WebAuthn.getCredentials`)."""
+@dataclass(frozen=True)
+class VirtualAuthenticator:
+    """A DevTools virtual authenticator and the CDP session that made it (kept open: closing
+    the session that enabled the WebAuthn domain takes the authenticator away)."""
+
+    cdp: CDPSession
+    id: str
+
+    async def credentials(self) -> list[dict[str, Any]]:
+        """What it holds (`WebAuthn.getCredentials`): credentialId, isResidentCredential,
+        rpId, signCount, …"""
+        found = await self.cdp.send("WebAuthn.getCredentials", {"authenticatorId": self.id})
+        listed: list[dict[str, Any]] = found["credentials"]
+        return listed
+
+
+async def add_virtual_authenticator(context: BrowserContext, page: Page) -> VirtualAuthenticator:
+    """A platform authenticator for `page` (the DevTools WebAuthn domain): CTAP2, internal
+    transport, discoverable credentials, user verification that succeeds, presence simulated,
+    no browser UI. It stays with the tab across navigations."""
     cdp = await context.new_cdp_session(page)
     await cdp.send("WebAuthn.enable", {"enableUI": False})
     added = await cdp.send(
@@ -496,5 +514,4 @@ async def add_virtual_authenticator(context: BrowserContext, page: Page) -> str:
             }
         },
     )
-    authenticator: str = added["authenticatorId"]
-    return authenticator
+    return VirtualAuthenticator(cdp, str(added["authenticatorId"]))

@@ -90,11 +90,13 @@ async function withPasskey(button) {
     await auth.passkeys.signIn();
     arrive();
   } catch (error) {
+    // A refused assertion is 400/401 (invalid_credentials among them): not about a password.
     const refused = error?.status === 400 || error?.status === 401;
     say(
       alert,
-      messages[error?.code] ??
-        (refused ? "This passkey could not sign you in. Try again, or choose another way." : explain(error)),
+      refused
+        ? "This passkey could not sign you in. Try again, or choose another way."
+        : (messages[error?.code] ?? explain(error)),
     );
   } finally {
     button.disabled = false;
