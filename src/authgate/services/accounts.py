@@ -180,7 +180,12 @@ class AccountService:
         """Delete finished sessions, expired refresh tokens and spent or expired one-time
         tokens, in batches of `batch_size` rows, each its own short transaction: a purge of
         millions of rows never holds a lock for long, and logins and refreshes go on."""
-        return await purge(self.sv.db, self.sv.clock(), batch_size)
+        return await purge(
+            self.sv.db,
+            self.sv.clock(),
+            batch_size,
+            audit_retention_days=self.sv.config.audit_retention_days,
+        )
 
     # --- helpers ----------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "AuditEvent",
     "Base",
     "OneTimeToken",
     "Passkey",
@@ -254,3 +255,30 @@ class WebAuthnChallenge(Base):
     challenge: Mapped[bytes] = mapped_column(LargeBinary(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class AuditEvent(Base):
+    """One security event (`events.emit`), kept `audit_retention_days` (contract §10).
+
+    `user_id` has no foreign key: the trail of a deleted account outlives it. Only the event
+    record's fixed keys are stored, none of which is ever a secret."""
+
+    __tablename__ = "authgate_audit_events"
+    __table_args__ = (
+        Index("ix_authgate_audit_events_user_id_id", "user_id", "id"),
+        Index("ix_authgate_audit_events_event_id", "event", "id"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    time: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    event: Mapped[str] = mapped_column(String(40))
+    outcome: Mapped[str] = mapped_column(String(16))
+    user_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    session_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    reason: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    factor: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    actor: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    client_ip: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    user_agent: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)

@@ -10,12 +10,13 @@ and refreshes go on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Column, Table, and_, delete, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
+from authgate.store.audit import trim_audit
 from authgate.store.db import Database
 from authgate.store.models import (
     Base,
@@ -46,6 +47,7 @@ class PurgeResult:
     one_time_tokens: int = 0
     rate_limit_counters: int = 0
     webauthn_challenges: int = 0
+    audit_events: int = 0
     batches: int = 0
 
     @property
@@ -56,14 +58,22 @@ class PurgeResult:
             + self.one_time_tokens
             + self.rate_limit_counters
             + self.webauthn_challenges
+            + self.audit_events
         )
 
 
-async def purge(db: Database, now: datetime, batch_size: int = 5000) -> PurgeResult:
+async def purge(
+    db: Database,
+    now: datetime,
+    batch_size: int = 5000,
+    *,
+    audit_retention_days: int | None = None,
+) -> PurgeResult:
     """Delete finished sessions (their refresh tokens by cascade), expired refresh tokens and
     spent ones beyond the newest `KEEP_SPENT` of their family, spent or expired one-time
     tokens, rate-limit counters whose window is over, and expired WebAuthn challenges (a
-    ceremony that was never finished)."""
+    ceremony that was never finished); with `audit_retention_days`, audit events older than
+    that many days (0: every one, the audit log being off)."""
     result = PurgeResult()
     result.sessions = await _drain(db, _sessions.c.id, _session_over(now), "", batch_size, result)
     result.refresh_tokens = await _drain(
@@ -83,6 +93,10 @@ async def purge(db: Database, now: datetime, batch_size: int = 5000) -> PurgeRes
     result.webauthn_challenges = await _drain(
         db, _challenges.c.id, _challenges.c.expires_at <= now, 0, batch_size, result
     )
+    if audit_retention_days is not None:
+        cutoff = now - timedelta(days=audit_retention_days)
+        result.audit_events, batches = await trim_audit(db, cutoff, batch_size)
+        result.batches += batches
     return result
 
 

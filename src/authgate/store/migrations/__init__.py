@@ -5,4 +5,4 @@ VERSION_TABLE = "authgate_alembic_version"
 
 #: The newest revision in versions/ (a test checks it against Alembic's own head). A process
 #: that finds the database at this revision never imports Alembic.
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
