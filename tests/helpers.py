@@ -871,6 +871,16 @@ class PgBouncer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+# --- the admin API ---------------------------------------------------------------------------
+
+#: An `AUTHGATE_ADMIN_TOKEN` for tests (44 characters; 32 at least).
+ADMIN_TOKEN = "test-admin-token-0123456789abcdefghijklmnopq"
+
+
+def admin_headers(token: str = ADMIN_TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
 # --- servers that go away -----------------------------------------------------------------
 
 

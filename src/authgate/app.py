@@ -41,6 +41,7 @@ from authgate.web.middleware import RequestGuard
 from authgate.web.pages import pages_router
 from authgate.web.routes import (
     add_docs,
+    admin_router,
     auth_router,
     client_router,
     email_router,
@@ -143,6 +144,7 @@ class AuthGate:
         app.include_router(mfa_router(self))
         app.include_router(passkeys_router(self))
         app.include_router(client_router(self))
+        app.include_router(admin_router(self))
         if self.config.pages:
             app.include_router(pages_router(self))
         app.include_router(health_router(self))

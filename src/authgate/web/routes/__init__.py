@@ -2,9 +2,10 @@
 `email` (password reset, email verification), `self_service` (a signed-in user's sessions,
 password and email change, account deletion), `client` (the browser client's module),
 `mfa` (TOTP, recovery codes, the second step), `passkeys` (WebAuthn), `health` (liveness,
-readiness, JWKS) and `docs` (the Swagger UI page). Paths and codes are
+readiness, JWKS), `admin` (the admin API) and `docs` (the Swagger UI page). Paths and codes are
 interface.md §4's and the contract's; handlers stay thin: parse, call the service, respond."""
 
+from authgate.web.routes.admin import admin_router
 from authgate.web.routes.auth import auth_router
 from authgate.web.routes.client import client_router
 from authgate.web.routes.docs import add_docs
@@ -16,6 +17,7 @@ from authgate.web.routes.self_service import self_service_router
 
 __all__ = [
     "add_docs",
+    "admin_router",
     "auth_router",
     "client_router",
     "email_router",
