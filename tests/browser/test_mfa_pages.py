@@ -176,6 +176,7 @@ async def test_enrol_the_app_then_every_sign_in_asks_for_a_code_or_a_recovery_co
     await expect(page.locator("#login-error")).to_have_text(
         "That code is not right, or it was already used. Enter the newest code."
     )
+    await expect(code_field).to_be_focused()
     # The next step's code (the confirming code's step is spent), with the spaces apps show.
     code = totp_code(secret, now() + STEP)
     await code_field.fill(f"{code[:3]} {code[3:]}")
@@ -314,6 +315,7 @@ async def test_the_second_step_and_the_enrolment_fit_360px(
     await password_step(shot, server)
     await expect(shot.locator("#second-step")).to_be_visible()
     await shot.mouse.move(0, 0)
+    await shot.evaluate("document.activeElement.blur()")
     await screenshot(shot, folder / "login-second-step.png", full_page=False)
     assert (folder / "login-second-step.png").stat().st_size > 10_000
     watch.assert_clean()

@@ -75,7 +75,7 @@ export function onSubmit(form, handler, { messages = {} } = {}) {
       if (status && typeof done === "string") say(status, done);
     } catch (error) {
       say(alert, messages[error?.code] ?? explain(error));
-      form.querySelector("input:not([type=hidden])")?.focus();
+      form.querySelector("input:not([type=hidden]):not(:disabled)")?.focus();
     } finally {
       button.disabled = false;
     }
