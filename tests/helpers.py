@@ -44,6 +44,7 @@ from email_validator import validate_email
 from fastapi import FastAPI
 from hypothesis import settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Connection, func, select
 
 from authgate import AuthConfig, create_app
@@ -879,6 +880,36 @@ ADMIN_TOKEN = "test-admin-token-0123456789abcdefghijklmnopq"
 
 def admin_headers(token: str = ADMIN_TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+# --- metrics: GET /metrics, parsed (tests/flows/test_metrics.py and the dashboard's test) --
+
+#: (sample name, sorted label pairs) -> value.
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse_metrics(text: str) -> Samples:
+    """The Prometheus text format through prometheus_client's own parser."""
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+async def scrape(client: httpx.AsyncClient, token: str | None = None) -> Samples:
+    """GET /metrics (with the metrics token when given), checked and parsed."""
+    response = await client.get("/metrics", headers=bearer(token) if token else {})
+    assert response.status_code == 200, response.text
+    assert response.headers["cache-control"] == "no-store"
+    assert response.headers["content-type"].startswith("text/plain")
+    return parse_metrics(response.text)
+
+
+def metric(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of `name`'s samples whose labels include `labels` (0 when there are none)."""
+    want = set(labels.items())
+    return sum(v for (n, pairs), v in samples.items() if n == name and want <= set(pairs))
 
 
 # --- servers that go away -----------------------------------------------------------------

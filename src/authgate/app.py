@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from prometheus_client import CollectorRegistry
 
 from authgate import events
 from authgate.cache.base import Cache, RedisCache, open_cache
@@ -24,6 +25,7 @@ from authgate.factors.hashing import PasswordHashing
 from authgate.factors.password_rules import common_passwords
 from authgate.factors.sealing import Sealer
 from authgate.mail.delivery import make_notices, make_senders
+from authgate.metrics import Metrics
 from authgate.services.accounts import AccountService
 from authgate.services.assurance import Assurance
 from authgate.services.context import Background, Clock, Services, utcnow
@@ -50,6 +52,7 @@ from authgate.web.routes import (
     passkeys_router,
     self_service_router,
 )
+from authgate.web.routes.metrics import metrics_router
 from authgate.web.transport import rate_limit_address, trusted_networks
 
 __all__ = ["AuthGate", "create_app"]
@@ -73,7 +76,15 @@ class AuthGate:
     >>> gate.install(app)
     """
 
-    def __init__(self, config: AuthConfig | None = None, *, clock: Clock = utcnow) -> None:
+    def __init__(
+        self,
+        config: AuthConfig | None = None,
+        *,
+        clock: Clock = utcnow,
+        metrics_registry: CollectorRegistry | None = None,
+    ) -> None:
+        """`metrics_registry`: where the metrics go (README, "Metrics"): by default a
+        registry of this gate's own, served at `GET /metrics`."""
         self.config = ensure_secret_key(config or AuthConfig())
         cfg = self.config
         common_passwords()  # load the blocklist now, not during the first registration
@@ -114,6 +125,11 @@ class AuthGate:
         #: Where every event of this gate's requests also goes (`events.Sink`): the audit log
         #: and the metrics add theirs.
         self.event_sinks: list[events.Sink] = []
+        self.metrics = Metrics.for_services(
+            self.services, enabled=cfg.metrics, registry=metrics_registry
+        )
+        if self.metrics is not None:
+            self.event_sinks.append(self.metrics.sink)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
@@ -148,6 +164,8 @@ class AuthGate:
         if self.config.pages:
             app.include_router(pages_router(self))
         app.include_router(health_router(self))
+        if self.config.metrics and self.metrics is not None:
+            app.include_router(metrics_router(self, self.metrics))
         install_error_handlers(app)
         origins = [o.strip() for o in self.config.cors_origins.split(",") if o.strip()]
         if origins:
@@ -165,6 +183,7 @@ class AuthGate:
             max_body_bytes=self.config.max_body_bytes,
             trusted_proxies=trusted_networks(self.config),
             sinks=self.event_sinks,
+            metrics=self.metrics,
         )
 
 

@@ -23,6 +23,8 @@ ALLOWED = {
     "uvicorn": ("web", "cli"),
     "sqlalchemy": ("store",),
     "alembic": ("store",),
+    # The layers record through plain callables `metrics.py` hands them (Metrics.connect).
+    "prometheus_client": ("metrics.py", "app.py", "cli"),
 }
 #: "~300 lines": a little slack for a docstring, none for a second topic.
 MAX_LINES = 330

@@ -24,6 +24,10 @@ __all__ = ["LEASE", "LocalState"]
 LEASE = 0.75
 
 
+def _ignore() -> None:
+    return None
+
+
 class LocalState:
     """Live sessions of active users, each with its user's current principal.
 
@@ -55,6 +59,8 @@ class LocalState:
         self._swept = -math.inf
         self._subscribed = False
         self._epoch = 0  # bumped by every confirmed (re)subscribe
+        #: Told of every hit (the metrics: one pre-bound counter increment, nothing else).
+        self.on_hit: Callable[[], None] = _ignore
 
     @property
     def live(self) -> bool:
@@ -78,6 +84,7 @@ class LocalState:
         # own) or a user entry replaced since the fill never matches.
         if user is None or user[0] is not state.principal or now >= until or now >= user[1]:
             return None
+        self.on_hit()
         return state
 
     def put(

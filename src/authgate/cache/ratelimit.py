@@ -86,6 +86,10 @@ def budgets_from(config: AuthConfig) -> dict[Policy, str]:
     return {policy: getattr(config, policy.setting) for policy in Policy}
 
 
+def _ignore(policy: str) -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class _Budget:
     amount: int
@@ -113,6 +117,8 @@ class RateLimiter:
             item = parse(value)
             self._budgets[policy.key] = _Budget(item.amount, float(item.get_expiry()))
         self._key_secret = hmac.new(secret, b"authgate rate-limit keys", hashlib.sha256).digest()
+        #: Told the policy's `key` of every request over a limit (the metrics); nothing else.
+        self.on_limited: Callable[[str], None] = _ignore
 
     async def hit(self, policy: Policy, key: str) -> None:
         """Count one request; raise `RateLimited` once the policy's budget is spent."""
@@ -125,6 +131,7 @@ class RateLimiter:
             self._key(policy.key, key), limit=budget.amount, window=budget.window, now=now
         )
         if not got.allowed:
+            self.on_limited(policy.key)
             raise RateLimited(got.retry_after(now))
 
     async def try_hit(self, policy: Policy, key: str) -> bool:
@@ -164,6 +171,7 @@ class RateLimiter:
         window = min(per_address.window * 2**level, max(per_address.window, MAX_FAILURE_WINDOW))
         got = await store.hit(pair, limit=per_address.amount, window=window, now=now)
         if not got.allowed:
+            self.on_limited(Policy.LOGIN_FAILURES_PER_ADDRESS.key)
             raise RateLimited(got.retry_after(now))
         attempt.taken.append((pair, got.window_end))
         try:
@@ -171,6 +179,7 @@ class RateLimiter:
                 account_key, limit=per_account.amount, window=per_account.window, now=now
             )
             if not overall.allowed:
+                self.on_limited(Policy.LOGIN_FAILURES_PER_ACCOUNT.key)
                 raise RateLimited(overall.retry_after(now))
             attempt.taken.append((account_key, overall.window_end))
             if got.hits == per_address.amount:
@@ -195,6 +204,7 @@ class RateLimiter:
         counter = self._key(policy.key, key)
         got = await store.hit(counter, limit=budget.amount, window=budget.window, now=now)
         if not got.allowed:
+            self.on_limited(policy.key)
             raise RateLimited(got.retry_after(now))
         return LoginAttempt(store, [(counter, got.window_end)], (counter,))
 

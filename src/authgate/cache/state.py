@@ -102,6 +102,10 @@ class DatabaseStates:
         return None
 
 
+def _ignore(redis_hit: bool) -> None:
+    return None
+
+
 class StateCache:
     """This worker's copy over Redis over the database."""
 
@@ -147,6 +151,8 @@ class StateCache:
             client, self._keys, self.local, self.sweeper, op_timeout=op_timeout
         )
         self._tasks: list[asyncio.Task[None]] = []
+        #: Told of every lookup past this worker's copy, and whether Redis had it (metrics).
+        self.on_lookup: Callable[[bool], None] = _ignore
 
     @property
     def pending(self) -> int:
@@ -160,6 +166,7 @@ class StateCache:
     async def lookup(self, session_id: str, user_id: int, *, load: Load) -> SessionState | None:
         generation = self.local.generation  # before any await: see LocalState.put
         cached = await self.get(session_id, user_id)
+        self.on_lookup(cached is not None)
         if cached is not None and cached.revoked:
             return None
         if cached is not None and cached.principal is not None:

@@ -114,6 +114,8 @@ def serve(host: str, port: int, workers: int) -> None:
     """Start the HTTP service (migrates the database first)."""
     import uvicorn
 
+    from authgate.cli.serve_metrics import per_run_directory
+
     logging.config.dictConfig(_log_config(logging.INFO))
     config = _config()
     _migrate(config)  # once, before any worker starts
@@ -121,21 +123,22 @@ def serve(host: str, port: int, workers: int) -> None:
         # argon2 is CPU-bound: the workers of this machine share its cores between them.
         os.environ["AUTHGATE_HASH_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     logging.getLogger("authgate").info("serving with %s", config.describe())
-    uvicorn.run(
-        "authgate.app:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_config=_log_config(logging.INFO),  # each worker configures its own
-        proxy_headers=False,
-        server_header=False,
-        ws="none",  # no WebSocket routes: no upgrade handling either
-        timeout_keep_alive=config.keep_alive_timeout,
-        limit_concurrency=config.max_connections,
-        timeout_graceful_shutdown=config.shutdown_timeout,
-        **_http_protocol(config),
-    )
+    with per_run_directory(workers):  # the workers' metrics, summed (serve_metrics.py)
+        uvicorn.run(
+            "authgate.app:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=_log_config(logging.INFO),  # each worker configures its own
+            proxy_headers=False,
+            server_header=False,
+            ws="none",  # no WebSocket routes: no upgrade handling either
+            timeout_keep_alive=config.keep_alive_timeout,
+            limit_concurrency=config.max_connections,
+            timeout_graceful_shutdown=config.shutdown_timeout,
+            **_http_protocol(config),
+        )
 
 
 def _http_protocol(config: AuthConfig) -> dict[str, Any]:

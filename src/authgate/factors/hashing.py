@@ -47,6 +47,10 @@ def _start_threads(pool: concurrent.futures.ThreadPoolExecutor, n: int) -> None:
         started.result()
 
 
+def _ignore(*_: float) -> None:
+    return None
+
+
 def _seconds_since(started: float) -> float:
     """A hash's duration for the moving average, kept within 1 ms .. 5 s."""
     return min(max(time.perf_counter() - started, 0.001), 5.0)
@@ -96,6 +100,11 @@ class PasswordHashing:
         self._concurrency = concurrency
         self._max_wait = max_wait
         self._pending = 0
+        # What the metrics hear (`metrics.Metrics.connect`); nothing until then. `on_wait`
+        # is called on a hash thread: what it is given must be thread-safe.
+        self.on_wait: Callable[[float], None] = _ignore
+        self.on_busy: Callable[[], None] = _ignore
+        self.on_pending: Callable[[float], None] = _ignore
 
     @property
     def max_pending(self) -> int:
@@ -135,11 +144,13 @@ class PasswordHashing:
         """Refuse now (`Busy`) what the queue would refuse later: called before the database
         work that precedes a hash, so an overloaded login costs nothing but this check."""
         if self._pending >= self.max_pending:
+            self.on_busy()
             raise Busy()
 
     async def _admit(self, fn: Callable[..., T], *args: str, measure: bool = True) -> T:
         self.check_admission()
         self._pending += 1
+        self.on_pending(self._pending)
         queued = time.perf_counter()
         try:
             # Cancelled while still queued (the client went away), the hash never runs.
@@ -148,12 +159,15 @@ class PasswordHashing:
             )
         finally:
             self._pending -= 1
+            self.on_pending(self._pending)
 
     def _timed(self, queued: float, measure: bool, fn: Callable[..., T], *args: str) -> T:
         started = time.perf_counter()
+        self.on_wait(started - queued)
         if started - queued > self._max_wait:
             # Waited past the budget after all (the estimate was too hopeful): give the
             # core to a request that can still be answered in time.
+            self.on_busy()
             raise Busy()
         try:
             return fn(*args)

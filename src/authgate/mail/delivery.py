@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
@@ -37,11 +38,33 @@ class MailSender(Protocol):
     async def send(self, email: str, token: str) -> None: ...
 
 
-@dataclass(frozen=True)
+def _ignore(purpose: str, outcome: str) -> None:
+    return None
+
+
+async def _counted(
+    on_sent: Callable[[str, str], None], purpose: str, sent: Awaitable[None]
+) -> None:
+    """Await a delivery, telling `on_sent` (the metrics) its purpose and outcome."""
+    try:
+        await sent
+    except BaseException:
+        on_sent(purpose, "failed")
+        raise
+    on_sent(purpose, "sent")
+
+
+@dataclass
 class CallableSender:
     fn: SenderFn
+    purpose: str = "other"
+    #: Told (purpose, "sent" | "failed") after each delivery: the metrics (`metrics.py`).
+    on_sent: Callable[[str, str], None] = field(default=_ignore, repr=False)
 
     async def send(self, email: str, token: str) -> None:
+        await _counted(self.on_sent, self.purpose, self._send(email, token))
+
+    async def _send(self, email: str, token: str) -> None:
         if inspect.iscoroutinefunction(self.fn):
             await self.fn(email, token)
             return
@@ -147,6 +170,7 @@ class SmtpSender:
         self._mailer = mailer
         self._purpose = purpose
         self._link_base = link_base
+        self.on_sent: Callable[[str, str], None] = _ignore
 
     def link(self, token: str) -> str:
         return f"{self._link_base}?{urlencode({'token': token})}"
@@ -155,7 +179,8 @@ class SmtpSender:
         return self._mailer.message(self._purpose, email, link=self.link(token))
 
     async def send(self, email: str, token: str) -> None:
-        await self._mailer.smtp.deliver(self.message(email, token))
+        sent = self._mailer.smtp.deliver(self.message(email, token))
+        await _counted(self.on_sent, self._purpose, sent)
 
 
 class Notices:
@@ -163,6 +188,7 @@ class Notices:
 
     def __init__(self, mailer: Mailer) -> None:
         self._mailer = mailer
+        self.on_sent: Callable[[str, str], None] = _ignore
 
     def message(self, kind: NoticeKind, email: str, **context: str) -> EmailMessage:
         if "token" in context or "link" in context:
@@ -171,7 +197,8 @@ class Notices:
         return self._mailer.message(kind, email, **context)
 
     async def send(self, kind: NoticeKind, email: str, **context: str) -> None:
-        await self._mailer.smtp.deliver(self.message(kind, email, **context))
+        sent = self._mailer.smtp.deliver(self.message(kind, email, **context))
+        await _counted(self.on_sent, kind, sent)
 
 
 def make_senders(config: AuthConfig) -> dict[Purpose, MailSender | None]:
@@ -184,7 +211,7 @@ def make_senders(config: AuthConfig) -> dict[Purpose, MailSender | None]:
     out: dict[Purpose, MailSender | None] = {}
     for purpose, fn, path in plan:
         if fn is not None:
-            out[purpose] = CallableSender(fn)
+            out[purpose] = CallableSender(fn, purpose)
         elif mailer is not None:
             out[purpose] = SmtpSender(mailer, purpose=purpose, link_base=config.public_url + path)
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
 from collections.abc import Sequence
 from ipaddress import IPv4Network, IPv6Network
 
@@ -12,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from authgate import events
 from authgate.errors import PayloadTooLarge
+from authgate.metrics import Metrics
 from authgate.web.handlers import error_response
 from authgate.web.transport import client_address
 
@@ -19,6 +21,8 @@ __all__ = ["RequestGuard"]
 
 #: Methods whose body nothing here reads (RFC 9110 §9.3.1: content in a GET has no meaning).
 _BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: The methods counted by name; any other (a client may send any token) counts as "OTHER".
+_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"})
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -39,18 +43,23 @@ class RequestGuard:
         max_body_bytes: int,
         trusted_proxies: Sequence[IPv4Network | IPv6Network] = (),
         sinks: Sequence[events.Sink] = (),
+        metrics: Metrics | None = None,
     ) -> None:
         """`sinks`: where the events of this application's requests also go (the list
-        itself is kept: sinks added later are heard too)."""
+        itself is kept: sinks added later are heard too). `metrics`: where each request's
+        route template, method, status and duration are counted (None: nowhere)."""
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.trusted_proxies = tuple(trusted_proxies)
         self.sinks = sinks
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
+        status = 500  # what the server answers when the application raised before answering
         # One pass over the headers (ASGI gives their names in lower case).
         given_id = user_agent_raw = b""
         length: bytes | None = None
@@ -75,7 +84,9 @@ class RequestGuard:
         )
 
         async def send_with_id(message: Message) -> None:
+            nonlocal status
             if message["type"] == "http.response.start":
+                status = message["status"]
                 extra = [
                     (b"x-request-id", request_id.encode()),
                     (b"x-content-type-options", b"nosniff"),
@@ -115,6 +126,14 @@ class RequestGuard:
             await self.app(scope, replay, send_with_id)
         finally:
             events.request_context.reset(token)
+            if self.metrics is not None:
+                # The route's template (`/auth/sessions/{session_id}`), never the raw path:
+                # the router leaves it in the scope; no route matched is "other".
+                route = getattr(scope.get("route"), "path", None) or "other"
+                method = scope["method"] if scope["method"] in _METHODS else "OTHER"
+                count, latency = self.metrics.http_children(route, method, status)
+                count.inc()
+                latency.observe(time.perf_counter() - started)
 
 
 def _too_large() -> JSONResponse:
