@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -15,6 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from authgate import AuthGate, create_app
+from authgate.store.audit import AuditStore, row_values
 from authgate.store.models import TotpFactor
 from tests.helpers import (
     ADMIN_TOKEN,
@@ -501,6 +503,7 @@ async def test_the_openapi_document_lists_the_admin_api_with_its_scheme(
             "/auth/admin/users",
             "/auth/admin/users/{user_id}",
             "/auth/admin/users/{user_id}/sessions",
+            "/auth/admin/audit",
         }
         for operations in admin_paths.values():
             for operation in operations.values():
@@ -508,3 +511,121 @@ async def test_the_openapi_document_lists_the_admin_api_with_its_scheme(
                 assert operation["security"] == [{"bearer": []}]
         schemes = document["components"]["securitySchemes"]
         assert schemes["bearer"] == {"type": "http", "scheme": "bearer"}
+
+
+# --- the audit log ------------------------------------------------------------------------
+
+
+async def add_audit_rows(gate: AuthGate, *records: tuple[datetime, dict[str, Any]]) -> None:
+    """Rows written straight into the audit table (what the audit writer stores)."""
+    async with gate.services.db.write() as s:
+        await AuditStore(s).add_many([row_values(at, record) for at, record in records])
+
+
+async def audit_page(
+    client: httpx.AsyncClient, **params: str | int
+) -> tuple[list[dict[str, Any]], str | None]:
+    response = await client.get("/auth/admin/audit", params=params, headers=admin_headers())
+    assert response.status_code == 200, response.text
+    assert response.headers["cache-control"] == "no-store"
+    body = response.json()
+    assert set(body) == {"events", "next_cursor"}
+    events: list[dict[str, Any]] = body["events"]
+    return events, body["next_cursor"]
+
+
+async def test_the_audit_log_in_pages_newest_first_with_its_filters(
+    backend: Backend, clock: FakeClock
+) -> None:
+    # No writer (retention 0): the table holds exactly the rows this test puts there.
+    async with admin_app(backend, clock, audit_retention_days=0) as (gate, client, _seen):
+        start = clock()
+        login_ok = {"event": "login_succeeded", "outcome": "success", "user_id": 1}
+        failed = {"event": "login_failed", "outcome": "failure", "reason": "wrong_password"}
+        made = {
+            "event": "admin_user_created",
+            "outcome": "success",
+            "user_id": 2,
+            "actor": "user:1",
+        }
+        await add_audit_rows(
+            gate,
+            *[(start + timedelta(seconds=n), login_ok) for n in range(3)],
+            *[(start + timedelta(seconds=3 + n), {**failed, "user_id": 2}) for n in range(2)],
+            (start + timedelta(seconds=5), {**made, "request_id": "r-1", "client_ip": "::1"}),
+        )
+        events, cursor = await audit_page(client)
+        assert cursor is None
+        assert [e["event"] for e in events] == ["admin_user_created"] + ["login_failed"] * 2 + [
+            "login_succeeded"
+        ] * 3
+        assert [e["id"] for e in events] == sorted((e["id"] for e in events), reverse=True)
+        newest = events[0]
+        assert (newest["actor"], newest["user_id"], newest["request_id"]) == ("user:1", 2, "r-1")
+        assert set(newest) == {
+            "id",
+            "time",
+            "event",
+            "outcome",
+            "user_id",
+            "session_id",
+            "reason",
+            "factor",
+            "actor",
+            "client_ip",
+            "user_agent",
+            "request_id",
+        }
+
+        assert [e["event"] for e in (await audit_page(client, user_id=1))[0]] == [
+            "login_succeeded"
+        ] * 3
+        assert len((await audit_page(client, event="login_failed"))[0]) == 2
+        assert len((await audit_page(client, user_id=2, event="login_failed"))[0]) == 2
+        later = (start + timedelta(seconds=4)).isoformat()
+        assert [e["event"] for e in (await audit_page(client, since=later))[0]] == [
+            "admin_user_created",
+            "login_failed",
+        ]
+
+        # Pages of 2 visit every row once while newer rows are written between pages.
+        seen: list[int] = []
+        cursor = None
+        for n in range(10):  # bounded: 6 rows, 2 a page
+            params: dict[str, str | int] = {"limit": 2}
+            if cursor is not None:
+                params["cursor"] = cursor
+            page, cursor = await audit_page(client, **params)
+            seen += [e["id"] for e in page]
+            await add_audit_rows(gate, (start + timedelta(seconds=10 + n), login_ok))
+            if cursor is None:
+                break
+        assert cursor is None
+        assert seen == [e["id"] for e in events]
+
+        _, cursor = await audit_page(client, limit=1)
+        assert cursor is not None
+        tampered = cursor[:-1] + ("A" if cursor[-1] != "A" else "B")
+        bad_cursors: list[dict[str, str | int]] = [
+            {"cursor": cursor, "user_id": 1},  # another filter than the cursor's
+            {"cursor": tampered},
+        ]
+        for bad in bad_cursors:
+            answer = await client.get("/auth/admin/audit", params=bad, headers=admin_headers())
+            assert_error(answer, 400, "bad_request")
+        unknown = await client.get(
+            "/auth/admin/audit", params={"event": "no_such_event"}, headers=admin_headers()
+        )
+        assert_error(unknown, 400, "bad_request")
+        invalid: list[dict[str, str | int]] = [
+            {"since": "2026-01-01T00:00:00"},  # no offset: which zone is meant?
+            {"user_id": 0},
+            {"limit": 101},
+        ]
+        for wrong in invalid:
+            answer = await client.get("/auth/admin/audit", params=wrong, headers=admin_headers())
+            assert answer.status_code == 422, answer.text
+        assert_error(await client.get("/auth/admin/audit"), 401)
+        await register(client, ANN)
+        user = await access(client, ANN)
+        assert_error(await client.get("/auth/admin/audit", headers=bearer(user)), 403)

@@ -18,6 +18,7 @@ import binascii
 import hashlib
 import hmac
 from dataclasses import dataclass
+from datetime import datetime
 
 from authgate import events
 from authgate.errors import BadRequest, Conflict, NotFound
@@ -25,6 +26,7 @@ from authgate.principal import SessionInfo
 from authgate.services.accounts import AccountService
 from authgate.services.context import Services
 from authgate.store.admin import AdminStore, UserRow
+from authgate.store.audit import AuditRow, AuditStore
 from authgate.store.sessions import SessionStore
 from authgate.store.users import UserStore
 
@@ -116,6 +118,31 @@ class AdminService:
                 raise NotFound("No such user.")
             sessions = await SessionStore(s).live(user_id, self.sv.clock())
         return UserDetail(row, sessions)
+
+    async def audit(
+        self,
+        *,
+        user_id: int | None,
+        event: str | None,
+        since: datetime | None,
+        limit: int,
+        cursor: str | None,
+    ) -> tuple[list[AuditRow], str | None]:
+        """A page of the audit log, newest first (the user's, the event's, since a moment),
+        and the cursor of the next (older) page; None on the last one."""
+        if event is not None and event not in events.EVENT_NAMES:
+            raise BadRequest("No such event.")
+        when = since.isoformat() if since is not None else ""
+        filters = f"{user_id or ''}|{event or ''}|{when}"
+        before = self.cursors.decode("audit", filters, cursor) if cursor else None
+        async with self.sv.db.read() as s:
+            rows = await AuditStore(s).page(
+                user_id=user_id, event=event, since=since, before_id=before, limit=limit + 1
+            )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        following = self.cursors.encode("audit", filters, rows[-1].id) if more else None
+        return rows, following
 
     # --- changing ---------------------------------------------------------------------
 
