@@ -153,6 +153,7 @@ async def test_enrol_the_app_then_every_sign_in_asks_for_a_code_or_a_recovery_co
 
     # Sign out, sign in: the password is not enough.
     await sign_out(page, server)
+    refreshes = server.access_count("POST", "/auth/refresh")  # the other device's, so far
     await password_step(page, server)
     step = page.locator("#second-step")
     await expect(step).to_be_visible()
@@ -169,6 +170,8 @@ async def test_enrol_the_app_then_every_sign_in_asks_for_a_code_or_a_recovery_co
     await page_ready(page)
     await expect(step).to_be_visible()
     await expect(page.locator("#first-step")).to_be_hidden()
+    # The client never answers mfa_required with a refresh (refreshing keeps the level).
+    assert server.access_count("POST", "/auth/refresh") == refreshes
 
     code_field = page.get_by_label("Code from your authenticator app")
     await code_field.fill(wrong_code(secret))
