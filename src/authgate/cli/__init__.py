@@ -1,4 +1,4 @@
-"""The `authgate` command: serve | db upgrade | users … | purge.
+"""The `authgate` command: serve | db upgrade | users … | purge | audit.
 
 Exit codes: 0 success, 1 a failure the user can act on (one line on stderr, no traceback),
 2 usage. Every command reads the same configuration as `serve` (the environment).
@@ -17,6 +17,7 @@ from typing import Any, TextIO, TypeVar
 import click
 from pydantic import ValidationError
 
+from authgate.cli.audit import audit, audited
 from authgate.config import AuthConfig, ConfigError
 from authgate.datadir import ensure_secret_key
 from authgate.mail.render import check_templates
@@ -56,7 +57,8 @@ def _run(work: Callable[[Any], Awaitable[T]]) -> T:
         gate = AuthGate(_config())
         try:
             await upgrade_schema(gate.services.db)
-            return await work(gate)
+            async with audited(gate):  # its steps are audit events too
+                return await work(gate)
         finally:
             await gate.cache.aclose()
             await gate.services.db.dispose()
@@ -313,7 +315,11 @@ def purge() -> None:
     result = _run(work)
     elapsed = time.perf_counter() - started
     click.echo(
-        f"purged {result.sessions} sessions, {result.refresh_tokens} refresh tokens and "
-        f"{result.one_time_tokens} one-time tokens in {result.batches} batches, "
+        f"purged {result.sessions} sessions, {result.refresh_tokens} refresh tokens, "
+        f"{result.one_time_tokens} one-time tokens and {result.audit_events} audit events "
+        f"in {result.batches} batches, "
         f"{elapsed:.1f} s ({result.total / max(elapsed, 1e-9):,.0f} rows/s)"
     )
+
+
+main.add_command(audit)

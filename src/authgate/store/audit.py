@@ -64,7 +64,7 @@ def row_values(time: datetime, record: Mapping[str, Any]) -> dict[str, Any]:
         value = record.get(column)
         if column == "user_id":
             values[column] = value if isinstance(value, int) else None
-        elif value is None:
+        elif value is None or value == "":
             values[column] = None
         else:
             values[column] = str(value)[: _WIDTHS[column]]
