@@ -629,3 +629,38 @@ async def test_the_audit_log_in_pages_newest_first_with_its_filters(
         await register(client, ANN)
         user = await access(client, ANN)
         assert_error(await client.get("/auth/admin/audit", headers=bearer(user)), 403)
+
+
+async def test_every_admin_action_is_in_the_audit_log_with_its_actor(
+    backend: Backend, clock: FakeClock
+) -> None:
+    async with admin_app(backend, clock) as (gate, client, _seen):
+        boss = await create(client, BOSS, superuser=True)
+        ann = await create(client, ANN)
+        token = await access(client, BOSS)
+        path = f"/auth/admin/users/{ann['id']}"
+        changed = await client.patch(
+            path, json={"is_active": False}, headers={**bearer(token), "X-Request-ID": "req-42"}
+        )
+        assert changed.status_code == 200, changed.text
+        assert (await client.delete(f"{path}/sessions", headers=bearer(token))).status_code == 200
+        assert (await client.delete(path, headers=admin_headers())).status_code == 204
+        assert gate.audit is not None
+        await gate.audit.flush()  # the worker's buffer, written now rather than within 0.5 s
+
+        events, _ = await audit_page(client, user_id=ann["id"])
+        admin = [(e["event"], e["actor"]) for e in events if e["event"].startswith("admin_")]
+        assert admin == [
+            ("admin_user_deleted", "admin_token"),
+            ("admin_sessions_revoked", f"user:{boss['id']}"),
+            ("admin_user_updated", f"user:{boss['id']}"),
+            ("admin_user_created", "admin_token"),
+        ]
+        updated = next(e for e in events if e["event"] == "admin_user_updated")
+        assert (updated["request_id"], updated["reason"]) == ("req-42", "is_active")
+        assert any(e["event"] == "deactivated" for e in events)
+        # The trail outlives the account, and names no secret.
+        rows = repr(events)
+        assert ADMIN_TOKEN not in rows
+        assert PASSWORD not in rows
+        assert token not in rows
