@@ -3,11 +3,13 @@ with the same fields (register, login ok and failed, refresh, reuse, logout, res
 confirm, verification, session revoke, password change, email change, deletion), no column of
 any row holds a secret (the checks of tests/properties/test_events.py), the rows of a deleted
 account stay, shutdown writes what was buffered, a full buffer drops the oldest and counts
-them, and `AUTHGATE_AUDIT_RETENTION_DAYS=0` writes nothing."""
+them, a failed INSERT keeps its rows for the next flush, and `AUTHGATE_AUDIT_RETENTION_DAYS=0`
+writes nothing."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +18,18 @@ from sqlalchemy import func, select
 from authgate import AuthGate, create_app
 from authgate.services.audit import AuditWriter
 from authgate.store.audit import AuditRow, AuditStore
-from authgate.store.db import Database
+from authgate.store.db import Database, upgrade_schema
 from authgate.store.models import AuditEvent, User
-from tests.helpers import PASSWORD, Backend, FakeClock, Outbox, bearer, make_config, running
+from tests.helpers import (
+    PASSWORD,
+    Backend,
+    FakeClock,
+    Outbox,
+    bearer,
+    empty_backend,
+    make_config,
+    running,
+)
 from tests.properties.test_events import secret_forms
 
 EMAIL = "ann@example.com"
@@ -200,6 +211,31 @@ async def test_a_full_buffer_drops_the_oldest_and_counts_them(
         assert await writer.flush() == 3
         await writer.close()
         assert [r.user_id for r in await rows_of(db)] == [2, 3, 4]
+
+
+@pytest.mark.parametrize("name", ["sqlite", "postgres"])
+async def test_a_failed_write_keeps_the_rows_for_the_next_flush(
+    name: str, tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with empty_backend(name, tmp_path / "data") as backend:
+        db = Database(make_config(backend))
+        try:
+            writer = AuditWriter(db, clock, capacity=10)
+            for user_id in range(3):
+                writer({"event": "login_failed", "outcome": "failure", "user_id": user_id})
+            # No table yet: the INSERT fails, the rows stay, the warning names no value.
+            assert await writer.flush() == 0
+            assert writer.pending == 3
+            assert writer.dropped == 0
+            [warning] = [r for r in caplog.records if "audit log" in r.getMessage()]
+            assert "writing failed" in warning.getMessage()
+            assert "login_failed" not in warning.getMessage()
+            await upgrade_schema(db)
+            assert await writer.flush() == 3
+            await writer.close()
+            assert [r.user_id for r in await rows_of(db)] == [0, 1, 2]
+        finally:
+            await db.dispose()
 
 
 async def test_retention_zero_writes_no_row(backend: Backend, clock: FakeClock) -> None:
