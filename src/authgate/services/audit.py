@@ -12,7 +12,8 @@ writes the buffer in batches, one multi-row INSERT every `interval` seconds (0.5
   writer lock held longer) to every login and refresh, and a failed-login record has no
   transaction to join at all (nothing else is written).
 - What it risks: a worker that dies without shutting down (SIGKILL, power loss) loses the
-  events of at most one interval. A graceful stop (SIGTERM) flushes.
+  events of at most one interval. A graceful stop (SIGTERM) flushes; a database that is
+  away at that moment loses what was still waiting (warned).
 - When the database is slower than the events (or away): the buffer holds `capacity` rows
   (10 000); beyond that the OLDEST waiting rows are dropped, counted in `dropped`, and a
   warning is logged at most once a minute. A login never waits for the audit log. A batch
