@@ -1,7 +1,8 @@
 """`authgate audit` and the audit retention of `authgate purge`, run as real subprocesses on
 both backends: the filters (--user, --event, --since, --limit), the table and the JSON lines,
 the exit codes of a wrong filter, a CLI step (`users deactivate`) on the record, and purge
-trimming what is older than `AUTHGATE_AUDIT_RETENTION_DAYS` (0: everything)."""
+trimming what is older than `AUTHGATE_AUDIT_RETENTION_DAYS` (0: everything); and two `serve`
+workers stopped with SIGTERM lose no event."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +26,7 @@ from tests.helpers import (
     make_config,
     register,
     running,
+    serving,
 )
 
 pytestmark = pytest.mark.subprocess
@@ -145,3 +148,21 @@ async def test_audit_filters_formats_and_retention(backend: Backend) -> None:
     assert purged.returncode == 0, purged.stderr
     assert "and 4 audit events" in purged.stdout
     assert lines(await asyncio.to_thread(authgate, "audit", "--json", env=env)) == []
+
+
+def test_two_workers_stopped_gracefully_lose_no_event(backend: Backend, tmp_path: Path) -> None:
+    env = clean_env({**backend.env, "AUTHGATE_HASH_MAX_WAIT": "60"})
+    emails = [f"user{i}@example.com" for i in range(6)]
+    with serving(env, tmp_path / "logs", "--workers", "2") as server:
+        for i, email in enumerate(emails):  # a new connection each: they spread over the workers
+            headers = {"X-Request-ID": f"req-{i}", "Connection": "close"}
+            body = {"email": email, "password": PASSWORD}
+            assert server.post("/auth/register", json=body, headers=headers).status_code == 201
+            body["password"] = "wrong password"
+            assert server.post("/auth/login", json=body, headers=headers).status_code == 401
+    # SIGTERM: each worker writes what it still holds before it exits.
+    rows = lines(authgate("audit", "--json", "--limit", "100", env=env))
+    assert sorted((r["request_id"], r["event"]) for r in rows) == sorted(
+        [(f"req-{i}", "registered") for i in range(6)]
+        + [(f"req-{i}", "login_failed") for i in range(6)]
+    )
