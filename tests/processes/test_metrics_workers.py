@@ -120,7 +120,15 @@ def test_two_workers_report_the_sum_and_survive_a_restart(
         per_worker = [_logins_in_file(directory, pid) for pid in workers]
         assert all(per_worker), per_worker
         assert sum(per_worker) == logins
-        # Every scrape, whichever worker answers it, reports their sum.
+        # Request counts reach the shared files within FLUSH_INTERVAL (metrics.py); the
+        # login counters at once. Then every scrape, whichever worker answers, has the sum.
+        _wait_for(
+            "the request counts",
+            lambda: (
+                metric(_scrape(server), "authgate_http_requests_total", route="/auth/login")
+                == logins
+            ),
+        )
         for _ in range(SCRAPES):
             samples = _scrape(server)
             assert metric(samples, LOGINS, outcome="success") == logins

@@ -131,9 +131,7 @@ class RequestGuard:
                 # the router leaves it in the scope; no route matched is "other".
                 route = getattr(scope.get("route"), "path", None) or "other"
                 method = scope["method"] if scope["method"] in _METHODS else "OTHER"
-                count, latency = self.metrics.http_children(route, method, status)
-                count.inc()
-                latency.observe(time.perf_counter() - started)
+                self.metrics.record_request(route, method, status, time.perf_counter() - started)
 
 
 def _too_large() -> JSONResponse:

@@ -16,6 +16,7 @@ import hmac
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from authgate.errors import Forbidden, NotAuthenticated
 from authgate.metrics import Metrics, exposition
@@ -33,9 +34,7 @@ def metrics_router(gate: AuthGate, metrics: Metrics) -> APIRouter:
     digest = hashlib.sha256(secret.get_secret_value().encode()).digest() if secret else None
 
     @router.get("/metrics", include_in_schema=False)
-    def scrape(request: Request) -> Response:
-        # Plain `def`: FastAPI runs it on a thread, so reading the workers' files in
-        # multiprocess mode never holds up the event loop.
+    async def scrape(request: Request) -> Response:
         if digest is not None:
             scheme, _, value = request.headers.get("authorization", "").partition(" ")
             value = value.strip()
@@ -43,7 +42,9 @@ def metrics_router(gate: AuthGate, metrics: Metrics) -> APIRouter:
                 raise NotAuthenticated()
             if not hmac.compare_digest(hashlib.sha256(value.encode()).digest(), digest):
                 raise Forbidden("Wrong metrics token.")
-        body, content_type = exposition(metrics)
+        metrics.flush()  # this worker's latest requests, on the loop that counted them
+        # On a thread: in multiprocess mode this reads every worker's files.
+        body, content_type = await run_in_threadpool(exposition, metrics)
         return Response(body, media_type=content_type, headers=NO_STORE)
 
     return router
