@@ -28,6 +28,7 @@ from authgate.mail.delivery import make_notices, make_senders
 from authgate.metrics import Metrics
 from authgate.services.accounts import AccountService
 from authgate.services.assurance import Assurance
+from authgate.services.audit import AuditWriter
 from authgate.services.context import Background, Clock, Services, utcnow
 from authgate.services.mfa import MfaService
 from authgate.services.passkeys import PasskeyService
@@ -130,6 +131,10 @@ class AuthGate:
         )
         if self.metrics is not None:
             self.event_sinks.append(self.metrics.sink)
+        #: The audit log's writer (None when AUTHGATE_AUDIT_RETENTION_DAYS is 0).
+        self.audit = AuditWriter.for_config(cfg, db, clock)
+        if self.audit is not None:
+            self.event_sinks.append(self.audit)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Any = None) -> AsyncIterator[None]:
@@ -150,6 +155,8 @@ class AuthGate:
                 self.metrics.flush()
             await session_states.stop()
             await self.services.background.drain()
+            if self.audit is not None:  # the events still buffered
+                await self.audit.close()
             await self.cache.aclose()
             await self.services.db.dispose()
 
