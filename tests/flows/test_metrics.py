@@ -4,6 +4,7 @@ email, a token or a raw path."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import httpx
@@ -200,3 +201,23 @@ async def test_a_library_user_brings_a_registry(backend: Backend, clock: FakeClo
     samples = parse_metrics(generate_latest(registry).decode())
     assert metric(samples, "authgate_logins_total", outcome="success") == 1
     assert metric(samples, REQUESTS, route="/auth/login") == 1
+
+
+async def test_busy_answers_and_the_hash_queue_are_counted(make_client: AppFactory) -> None:
+    """One hash thread and a queue of one: a burst of logins gets 503 busy, each counted."""
+    async with make_client(hash_threads=1, hash_max_wait=0.001) as client:
+        await register(client)
+        wrong = {"email": ANN, "password": "not the password"}
+        burst = await asyncio.gather(*(client.post("/auth/login", json=wrong) for _ in range(6)))
+        samples = await scrape(client)
+    busy = [r for r in burst if r.status_code == 503]
+    assert busy, [r.status_code for r in burst]
+    for response in busy:
+        assert_error(response, 503, "busy")
+    assert metric(samples, "authgate_busy_responses_total") == len(busy)
+    assert metric(samples, REQUESTS, route="/auth/login", status="503") == len(busy)
+    # The registration's hash and every login admitted to the queue waited for the thread
+    # (a login may still be refused after its wait, when it waited past the budget).
+    waited = metric(samples, "authgate_password_hash_queue_wait_seconds_count")
+    assert 1 + len(burst) - len(busy) <= waited <= 1 + len(burst)
+    assert metric(samples, "authgate_password_hash_pending") == 0
