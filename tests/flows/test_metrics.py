@@ -31,6 +31,7 @@ from tests.helpers import (
     register,
     running,
     scrape,
+    warm,
 )
 
 METRICS_TOKEN = "m" * 24 + "etrics-token-of-32+"
@@ -221,3 +222,25 @@ async def test_busy_answers_and_the_hash_queue_are_counted(make_client: AppFacto
     waited = metric(samples, "authgate_password_hash_queue_wait_seconds_count")
     assert 1 + len(burst) - len(busy) <= waited <= 1 + len(burst)
     assert metric(samples, "authgate_password_hash_pending") == 0
+
+
+async def test_state_cache_hits_and_misses_are_counted(backend: Backend, clock: FakeClock) -> None:
+    gate, app = gate_and_app(backend, clock)
+    async with running(app) as client:
+        if backend.name == "sqlite":
+            # No shared cache: every check reads the database, and there is no tier to count.
+            await register(client)
+            auth = bearer((await login(client))["access_token"])
+            for _ in range(3):
+                assert (await client.get("/auth/me", headers=auth)).status_code == 200
+            assert metric(await scrape(client), "authgate_state_cache_total") == 0
+            return
+        # One GET /me past the worker's copy (a local miss, then Redis), and warm's own look
+        # at the copy (a hit); then five answered from the copy.
+        _tokens, auth, _sid, _uid, _local = await warm(gate, client, clock)
+        for _ in range(5):
+            assert (await client.get("/auth/me", headers=auth)).status_code == 200
+        samples = await scrape(client)
+    assert metric(samples, "authgate_state_cache_total", tier="local", result="hit") == 6
+    assert metric(samples, "authgate_state_cache_total", tier="local", result="miss") == 1
+    assert metric(samples, "authgate_state_cache_total", tier="redis") == 1
