@@ -1,7 +1,7 @@
 """GET /metrics of a real `authgate serve --workers 2` on PostgreSQL + Redis (contract §10):
 whichever worker answers the scrape, it reports the sum over both; a worker killed and
-restarted by uvicorn loses nothing it counted and doubles nothing; the per-run directory is
-fresh, private and gone when the server stops."""
+restarted by uvicorn, or all of them replaced on SIGHUP, loses nothing counted and doubles
+nothing; the per-run directory is fresh, private and gone when the server stops."""
 
 from __future__ import annotations
 
@@ -155,5 +155,26 @@ def test_two_workers_report_the_sum_and_survive_a_restart(
             # Nothing the dead worker counted is lost, nothing is counted twice.
             assert metric(samples, LOGINS, outcome="success") == logins + 4
             assert metric(samples, "authgate_password_hash_pending") == 0
+
+        # SIGHUP: uvicorn replaces every worker, one after the other (a graceful restart).
+        before = set(_workers(server))
+        os.kill(server.process.pid, signal.SIGHUP)
+        _wait_for(
+            "two new workers",
+            lambda: len(_workers(server)) == 2 and not before & set(_workers(server)),
+            timeout=60.0,
+        )
+        _wait_for("the server to answer", lambda: server.get("/health").status_code == 200)
+        _logins(server, 1)
+        _wait_for(
+            "the request counts",
+            lambda: (
+                metric(_scrape(server), "authgate_http_requests_total", route="/auth/login")
+                == logins + 5
+            ),
+        )
+        for _ in range(SCRAPES):
+            samples = _scrape(server)
+            assert metric(samples, LOGINS, outcome="success") == logins + 5
     # The run's directory goes with the server.
     assert not directory.exists()
