@@ -4,7 +4,9 @@ One `Metrics` per `AuthGate`, on a registry of its own unless the caller passes 
 (`AuthGate(config, metrics_registry=prometheus_client.REGISTRY)` puts them on the default
 registry; only one gate per registry, since a name is registered once). The lower layers never
 import this module's families: `connect` hands them plain callables (a pre-bound `inc` or
-`observe`), so `factors/`, `cache/` and `mail/` stay free of Prometheus and of the web.
+`observe`), so `factors/`, `cache/` and `mail/` stay free of Prometheus and of the web. GET
+/me's path pays plain arithmetic only: requests go to a tally and local-copy hits to an int,
+both handed to the families by `flush` (see `record_request`).
 
 Under `authgate serve --workers N` the CLI sets `PROMETHEUS_MULTIPROC_DIR` before the workers
 start (`cli/serve_metrics.py`): every value is then kept in that directory's memory-mapped files
