@@ -35,7 +35,6 @@ from authgate.services.context import Services
 from authgate.services.self_service import SelfService, when
 from authgate.services.sessions import IssuedTokens
 from authgate.store.factors import FactorStatus, FactorStore, TotpRow
-from authgate.store.levels import raise_level
 from authgate.store.sessions import SessionStore
 
 __all__ = ["MfaService", "TotpEnrolment"]
@@ -122,13 +121,11 @@ class MfaService:
             await factors.replace_codes(user.id, [recovery.digest_code(c) for c in codes], now)
             revoked: list[str] = []
             if not had_factor:
-                # The first factor is a change of credentials (the brief's decision): whoever
-                # held another session with the password alone loses it.
-                await factors.bump_credentials(user.id, now)
-                sessions = SessionStore(s)
-                await sessions.follow_credentials(session_id, user.id)
-                revoked = await sessions.revoke_all(user.id, now, "factor_added", keep=session_id)
-                await raise_level(s, session_id, user.id, PASSWORD_AND_OTP, now)
+                # The first factor is a change of credentials: whoever held another session
+                # with the password alone loses it.
+                revoked, _ = await factors.first_factor_added(
+                    user.id, session_id, PASSWORD_AND_OTP, now
+                )
         await slot.give_back()
         await self.sv.sessions_revoked(revoked)
         events.emit("factor_enrolled", user_id=user.id, session_id=session_id, factor="totp")

@@ -43,7 +43,6 @@ from authgate.services.context import Services
 from authgate.services.self_service import SelfService, when
 from authgate.services.sessions import IssuedTokens
 from authgate.store.factors import FactorStore
-from authgate.store.levels import raise_level
 from authgate.store.passkeys import PasskeyInfo, PasskeyStore
 from authgate.store.sessions import SessionStore
 from authgate.tokens.keys import AccessClaims, digest, new_opaque_token
@@ -130,12 +129,9 @@ class PasskeyService:
                 self._failed("factor_enrolled", user.id, "already_registered")
                 raise PasskeyRejected("This passkey is registered already.")
             if not had_factor:
-                await factors.bump_credentials(user.id, now)
-                sessions = SessionStore(s)
-                await sessions.follow_credentials(session_id, user.id)
-                revoked = await sessions.revoke_all(user.id, now, "factor_added", keep=session_id)
                 level = Level(2, ("pwd", _kind(new.device_type), "user"))
-                if not await raise_level(s, session_id, user.id, level, now):
+                revoked, raised = await factors.first_factor_added(user.id, session_id, level, now)
+                if not raised:
                     raise NotAuthenticated()  # the session ended meanwhile: nothing is kept
         await self.sv.sessions_revoked(revoked)
         for sid in revoked:

@@ -19,7 +19,10 @@ from sqlalchemy import delete, exists, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from authgate.principal import Level
+from authgate.store.levels import raise_level
 from authgate.store.models import Passkey, RecoveryCode, TotpFactor, User
+from authgate.store.sessions import SessionStore
 
 __all__ = ["FactorStatus", "FactorStore", "TotpRow"]
 
@@ -72,6 +75,19 @@ class FactorStore:
             .where(User.id == user_id)
             .values(credentials_version=User.credentials_version + 1, updated_at=now)
         )
+
+    async def first_factor_added(
+        self, user_id: int, session_id: str, level: Level, now: datetime
+    ) -> tuple[list[str], bool]:
+        """The first factor of a user is a change of credentials, in the caller's transaction
+        (with the user row locked by `lock_user`): whoever held another session with the
+        password alone loses it, and the session that added the factor goes on at `level`.
+        (the ids of the sessions revoked, whether the current session was raised)."""
+        await self.bump_credentials(user_id, now)
+        sessions = SessionStore(self.s)
+        await sessions.follow_credentials(session_id, user_id)
+        revoked = await sessions.revoke_all(user_id, now, "factor_added", keep=session_id)
+        return revoked, await raise_level(self.s, session_id, user_id, level, now)
 
     # --- TOTP ---------------------------------------------------------------------------
 
