@@ -8,38 +8,26 @@ service keeps the challenge, the store the credential.
 
 Every verification failure is a `CeremonyFailed` carrying a fixed reason word; the library's
 own messages (which quote origins, counters and challenges) never leave this module.
+
+py_webauthn is imported by the function that first needs it, not with this module: with its
+CBOR, ASN.1 and pyOpenSSL parts it adds about 5 MB to every worker, and most workers of most
+deployments never see a passkey ceremony (issue 16, memory per worker).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from webauthn import (
-    generate_authentication_options,
-    generate_registration_options,
-    options_to_json,
-    verify_authentication_response,
-    verify_registration_response,
-)
-from webauthn.helpers import (
-    parse_authentication_credential_json,
-    parse_registration_credential_json,
-)
-from webauthn.helpers.structs import (
-    AttestationConveyancePreference,
-    AuthenticationCredential,
-    AuthenticatorSelectionCriteria,
-    AuthenticatorTransport,
-    CredentialDeviceType,
-    PublicKeyCredentialDescriptor,
-    RegistrationCredential,
-    ResidentKeyRequirement,
-    UserVerificationRequirement,
-)
-
 from authgate.config import AuthConfig
+
+if TYPE_CHECKING:
+    from webauthn.helpers.structs import (
+        AuthenticationCredential,
+        CredentialDeviceType,
+        RegistrationCredential,
+    )
 
 __all__ = [
     "TIMEOUT_MS",
@@ -59,8 +47,6 @@ __all__ = [
 
 #: How long a browser should let the user take; the challenge lives as long (contract §9).
 TIMEOUT_MS = 300_000
-#: Transports worth keeping as a hint for `excludeCredentials` (the enum's values).
-_TRANSPORTS = frozenset(t.value for t in AuthenticatorTransport)
 
 
 class CeremonyFailed(Exception):
@@ -132,6 +118,15 @@ def registration_options(
 ) -> Options:
     """Creation options: a discoverable credential (resident key required) with user
     verification, no attestation, never one of the account's existing credentials again."""
+    from webauthn import generate_registration_options, options_to_json
+    from webauthn.helpers.structs import (
+        AttestationConveyancePreference,
+        AuthenticatorSelectionCriteria,
+        PublicKeyCredentialDescriptor,
+        ResidentKeyRequirement,
+        UserVerificationRequirement,
+    )
+
     options = generate_registration_options(
         rp_id=rp_id(config),
         rp_name=config.product_name,
@@ -152,6 +147,9 @@ def registration_options(
 def authentication_options(config: AuthConfig) -> Options:
     """Request options for a discoverable credential: no allowCredentials (the user names no
     account), user verification required."""
+    from webauthn import generate_authentication_options, options_to_json
+    from webauthn.helpers.structs import UserVerificationRequirement
+
     options = generate_authentication_options(
         rp_id=rp_id(config),
         timeout=TIMEOUT_MS,
@@ -161,6 +159,8 @@ def authentication_options(config: AuthConfig) -> Options:
 
 
 def _parsed_registration(credential: dict[str, Any]) -> RegistrationCredential:
+    from webauthn.helpers import parse_registration_credential_json
+
     try:
         return parse_registration_credential_json(credential)
     except Exception:
@@ -174,6 +174,9 @@ def verify_registration(
 ) -> NewCredential:
     """Verify a `navigator.credentials.create()` answer against `challenge`, the RP id and
     the allowed origins, with user presence and verification required."""
+    from webauthn import verify_registration_response
+    from webauthn.helpers.structs import AuthenticatorTransport
+
     parsed = _parsed_registration(credential)
     try:
         verified = verify_registration_response(
@@ -189,7 +192,9 @@ def verify_registration(
         # it, the answer is not a valid registration. The library's message quotes the input.
         raise CeremonyFailed("not_verified") from None
     transports = parsed.response.transports or []
-    kept = sorted({t.value for t in transports if t.value in _TRANSPORTS})
+    # Transports worth keeping as a hint for `excludeCredentials`: the enum's own values.
+    known = {t.value for t in AuthenticatorTransport}
+    kept = sorted({t.value for t in transports if t.value in known})
     return NewCredential(
         credential_id=verified.credential_id,
         public_key=verified.credential_public_key,
@@ -203,6 +208,8 @@ def verify_registration(
 def parse_assertion(credential: dict[str, Any]) -> Assertion:
     """Parse a `navigator.credentials.get()` answer; `CeremonyFailed("malformed")` when it is
     not one."""
+    from webauthn.helpers import parse_authentication_credential_json
+
     try:
         parsed = parse_authentication_credential_json(credential)
     except Exception:
@@ -221,6 +228,8 @@ def verify_assertion(
     """Verify the assertion's signature with the stored public key, against `challenge`, the
     RP id and the allowed origins, user verification required, and a counter that grows (or
     stays 0 for authenticators without one). (the new counter, the device type)."""
+    from webauthn import verify_authentication_response
+
     try:
         verified = verify_authentication_response(
             credential=assertion.parsed,
@@ -237,4 +246,6 @@ def verify_assertion(
 
 
 def _device_type(value: CredentialDeviceType) -> str:
+    from webauthn.helpers.structs import CredentialDeviceType
+
     return "multi_device" if value == CredentialDeviceType.MULTI_DEVICE else "single_device"

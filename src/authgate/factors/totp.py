@@ -8,7 +8,8 @@ window, is refused).
 
 The QR code is an SVG document made here by segno (no network): paths with presentation
 attributes only, no `style` attribute and no script, so a page under a CSP without
-'unsafe-inline' can insert it as it is.
+'unsafe-inline' can insert it as it is. segno is imported when a QR code is first drawn (a
+setup is rare; the worker that never draws one does not carry it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import re
 from datetime import datetime
 
 import pyotp
-import segno
 
 __all__ = [
     "DIGITS",
@@ -53,6 +53,8 @@ def otpauth_uri(secret: str, email: str, issuer: str) -> str:
 
 def qr_svg(uri: str) -> str:
     """`uri` as a QR code, an SVG document without XML declaration, style attribute or script."""
+    import segno
+
     out = io.BytesIO()
     segno.make(uri, error="m").save(
         out, kind="svg", scale=4, border=4, xmldecl=False, svgns=True, nl=False

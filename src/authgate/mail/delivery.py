@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlencode, urlsplit
 
-import aiosmtplib
-
 from authgate.config import AuthConfig, SenderFn
 from authgate.mail.render import MailName, NoticeKind, Purpose, check_templates, render
 
@@ -106,6 +104,9 @@ class SmtpSettings:
         )
 
     async def deliver(self, message: EmailMessage) -> None:
+        # Imported on the first mail: a worker that sends none does not carry the client.
+        import aiosmtplib
+
         await aiosmtplib.send(
             message,
             hostname=self.hostname,

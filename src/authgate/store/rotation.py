@@ -10,6 +10,7 @@ exactly once and atomically with the statement: one round trip instead of BEGIN,
 and COMMIT). SQLite has no DML in CTEs; there the same statements run one by one inside the
 single writer's transaction. With refresh grace on, a spent token may be a replay instead of
 reuse (`grace.py`): asked only where reuse would be decided, so the rotation is unchanged.
+The statements themselves are built once, in `rotation_sql.py`.
 """
 
 from __future__ import annotations
@@ -20,136 +21,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import (
-    LargeBinary,
-    Table,
-    bindparam,
-    case,
-    exists,
-    func,
-    insert,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from authgate.principal import NO_CLIENT, PASSWORD, Client, Level
 from authgate.store.db import Database
 from authgate.store.grace import Grace, replay
-from authgate.store.models import Base, RefreshToken, Session, User, UTCDateTime
+from authgate.store.models import RefreshToken, Session
+from authgate.store.rotation_sql import COUNT_ROTATION, INSERT_TOKEN, ROTATE, SPEND, STATE_OF
 from authgate.store.sessions import SessionStore
 
 __all__ = ["Outcome", "RefreshBudget", "Rotation", "rotate"]
-
-# Built once on the Core tables with bind parameters: building them per call cost more
-# Python time than executing them (bench/profiles/refresh-1w.txt).
-_tokens: Table = Base.metadata.tables[RefreshToken.__tablename__]
-_sessions: Table = Base.metadata.tables[Session.__tablename__]
-_users: Table = Base.metadata.tables[User.__tablename__]
-_now = bindparam("now", type_=UTCDateTime())
-_in_window = _sessions.c.refresh_window_start > bindparam("window_floor", type_=UTCDateTime())
-#: A session that has rotated `burst` times in its current window (the per-session refresh
-#: limit): its token is not spent, and the refresh answers 429.
-_over_budget = (
-    select(_sessions.c.id)
-    .where(
-        _sessions.c.id == _tokens.c.session_id,
-        _in_window,
-        _sessions.c.refresh_count >= bindparam("burst"),
-    )
-    .exists()
-)
-_SPEND = (
-    update(_tokens)
-    .where(
-        _tokens.c.digest == bindparam("token_digest"),
-        _tokens.c.used_at.is_(None),
-        _tokens.c.expires_at > bindparam("now"),
-        ~_over_budget,
-    )
-    .values(used_at=bindparam("now"))
-    .returning(_tokens.c.session_id)
-)
-#: Count one rotation in the session's window (a new window once the last one is over), and
-#: note when and from where the session was last used (GET /sessions).
-_counting = {
-    "refresh_count": case((_in_window, _sessions.c.refresh_count + 1), else_=1),
-    "refresh_window_start": case((_in_window, _sessions.c.refresh_window_start), else_=_now),
-    "last_active_at": _now,
-    "ip": bindparam("ip"),
-    "user_agent": bindparam("user_agent"),
-}
-_STATE_COLUMNS = (
-    _sessions.c.id,
-    _sessions.c.user_id,
-    _sessions.c.revoked_at,
-    _sessions.c.expires_at,
-    _users.c.is_active,
-    # A session opened under older credentials (reset, deactivation since) cannot refresh.
-    (_sessions.c.credentials_version == _users.c.credentials_version).label("current"),
-    # The session's assurance: the successor's access token carries it on.
-    _sessions.c.aal,
-    _sessions.c.amr,
-    _sessions.c.mfa_pending,
-)
-
-# --- SQLite: one statement at a time, inside the writer's transaction ---------------------
-_COUNT_ROTATION = (
-    update(_sessions).where(_sessions.c.id == bindparam("spent_session_id")).values(_counting)
-)
-_STATE_OF = (
-    select(*_STATE_COLUMNS)
-    .select_from(_sessions.join(_users, _users.c.id == _sessions.c.user_id))
-    .where(_sessions.c.id == bindparam("spent_session_id"))
-)
-_INSERT_TOKEN = insert(_tokens)
-
-# --- PostgreSQL: the whole rotation as one statement --------------------------------------
-# Spend the presented token, read its session and user, count the rotation, and insert the
-# successor only if the session is live and the user active and current.
-_spent = _SPEND.cte("spent")
-_state = (
-    select(*_STATE_COLUMNS)
-    .select_from(
-        _spent.join(_sessions, _sessions.c.id == _spent.c.session_id).join(
-            _users, _users.c.id == _sessions.c.user_id
-        )
-    )
-    .cte("state")
-)
-_added = (
-    insert(_tokens)
-    .from_select(
-        ["session_id", "digest", "created_at", "expires_at"],
-        select(
-            _state.c.id,
-            bindparam("new_digest", type_=LargeBinary()),
-            _now,
-            # The successor never outlives its session (LEAST ignores a NULL session end).
-            func.least(bindparam("refresh_end", type_=UTCDateTime()), _state.c.expires_at),
-        ).where(
-            _state.c.revoked_at.is_(None),
-            or_(_state.c.expires_at.is_(None), _state.c.expires_at > _now),
-            _state.c.is_active,
-            _state.c.current,
-        ),
-    )
-    .returning(_tokens.c.session_id)
-    .cte("added")
-)
-_counted = (
-    update(_sessions)
-    .where(_sessions.c.id.in_(select(_spent.c.session_id)))
-    .values(_counting)
-    .returning(_sessions.c.id)
-    .cte("counted")
-)
-_ROTATE = select(
-    *_state.c,
-    exists(select(_added.c.session_id)).label("rotated"),
-    exists(select(_counted.c.id)).label("counted"),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +104,7 @@ async def rotate(
         async with db.write() as s:
             return await _rotate_in(s, params, budget, grace)
     async with db.autocommit() as conn:
-        row = (await conn.execute(_ROTATE, params)).one_or_none()
+        row = (await conn.execute(ROTATE, params)).one_or_none()
     if row is not None:
         return Rotation(
             Outcome.ROTATED if row.rotated else Outcome.ENDED,
@@ -241,12 +123,12 @@ async def _rotate_in(
     """SQLite: the rotation's statements one by one, in the writer's transaction `s`."""
     now: datetime = params["now"]
     refresh_end: datetime = params["refresh_end"]
-    session_id = (await s.execute(_SPEND, params)).scalar_one_or_none()
+    session_id = (await s.execute(SPEND, params)).scalar_one_or_none()
     if session_id is None:
         return await _not_spent(s, params["token_digest"], now, budget, grace)
-    await s.execute(_COUNT_ROTATION, {**params, "spent_session_id": session_id})
+    await s.execute(COUNT_ROTATION, {**params, "spent_session_id": session_id})
     # The session row exists: the token's foreign key cascades from it.
-    row = (await s.execute(_STATE_OF, {"spent_session_id": session_id})).one()
+    row = (await s.execute(STATE_OF, {"spent_session_id": session_id})).one()
     end: datetime | None = row.expires_at
     if (
         row.revoked_at is not None
@@ -256,7 +138,7 @@ async def _rotate_in(
     ):
         return Rotation(Outcome.ENDED, session_id, row.user_id, end)
     await s.execute(
-        _INSERT_TOKEN,
+        INSERT_TOKEN,
         {
             "session_id": session_id,
             "digest": params["new_digest"],
