@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import common as c
+import db_ceiling
+import features
 import httpx
 
-PORTS = {"authgate": 18001, "peer": 18002, "ceiling": 18003}
+PORTS = {"authgate": 18001, "peer": 18002, "ceiling": 18003, "mounted": 18004}
 
 
 @dataclass
@@ -44,6 +46,8 @@ class Settings:
 
 
 ALL_SCENARIOS = ["me", "login", "register", "refresh", "mixed", "overload"]
+#: authgate's default `AUTHGATE_DB_POOL_SIZE` (connections per worker).
+DB_POOL_SIZE = 15
 
 
 # --- ceilings ------------------------------------------------------------------------------
@@ -262,6 +266,8 @@ class Bench:
         self.checks: list[dict[str, Any]] = []
         self.tag = str(int(time.time()))
         self.counter = 0
+        #: The feature phase (`features.py`): one row per measurement.
+        self.feature_records: list[dict[str, Any]] = []
 
     def record(self, rnd: int, workers: int, scenario: str, app: str, m: c.Measurement) -> None:
         row = {"round": rnd, "workers": workers, "scenario": scenario, "app": app}
@@ -303,6 +309,16 @@ class Bench:
                 {"CEILING_SECRET": c.CEILING_SECRET},
             )
             servers.append(ceiling)
+            # The mounted example (examples/mount_fastapi.py): a host application's own route
+            # behind `CurrentUser`, on the same database, cache and key as authgate.
+            mounted = c.start_uvicorn(
+                "mounted",
+                "examples.mount_fastapi:app",
+                PORTS["mounted"],
+                workers,
+                c.authgate_env(self.db),
+            )
+            servers.append(mounted)
             self.setup_accounts(ag, peer)
             ag_token = c.authgate_login(ag.url, "me@bench.example.com")["access_token"]
             peer_token = c.peer_login(peer.url, "me@bench.example.com")
@@ -312,7 +328,9 @@ class Bench:
                 rate = hash_ceiling(sv.hash_seconds)
                 self.hash_rates.append(rate)
                 print(f"  r{rnd} {workers}w argon2id ceiling {rate:.1f} hashes/s", flush=True)
-                self.round(rnd, workers, ag, peer, ceiling, ag_token, peer_token, ids, rate)
+                self.round(
+                    rnd, workers, ag, peer, ceiling, mounted, ag_token, peer_token, ids, rate
+                )
                 if rnd == 1:
                     check = revocation_check(ag, self.db, f"{self.tag}-{workers}")
                     check["workers"] = workers
@@ -329,6 +347,7 @@ class Bench:
         ag: c.Server,
         peer: c.Server,
         ceiling: c.Server,
+        mounted: c.Server,
         ag_token: str,
         peer_token: str,
         ids: list[int],
@@ -344,6 +363,7 @@ class Bench:
                     ("authgate", ag, {"BENCH_PATH": "/auth/me", "BENCH_TOKEN": ag_token}),
                     ("peer", peer, {"BENCH_PATH": "/users/me", "BENCH_TOKEN": peer_token}),
                     ("ceiling", ceiling, {"BENCH_PATH": "/me", "BENCH_TOKEN": c.ceiling_token()}),
+                    ("mounted", mounted, {"BENCH_PATH": "/hello", "BENCH_TOKEN": ag_token}),
                 ]
                 for app, server, env in runs:
                     m = c.wrk(server, "get.lua", threads=2, connections=32, seconds=t, env=env)
@@ -384,6 +404,13 @@ class Bench:
                 if m.requests >= sv.refresh_tokens:
                     print("  WARNING: refresh tokens ran out; raise --refresh-tokens")
                 self.record(rnd, workers, scenario, "authgate", m)
+                # authgate's own rotation statement straight on asyncpg, with as many
+                # connections as authgate's pools may hold (15 a worker) under this load.
+                conns = min(32, DB_POOL_SIZE * workers)
+                m = db_ceiling.measure(
+                    self.db, ids, connections=conns, seconds=t, tokens=sv.refresh_tokens
+                )
+                self.record(rnd, workers, scenario, "db-ceiling", m)
             elif scenario == "mixed":
                 for app, server in (("authgate", ag), ("peer", peer)):
                     env = {
@@ -424,19 +451,22 @@ class Bench:
             "|---|---|---|---:|---:|---:|---:|---:|---|---:|",
         ]
         order = {s: i for i, s in enumerate(ALL_SCENARIOS)}
-        apps = {"authgate": 0, "peer": 1, "ceiling": 2}
+        apps = {"authgate": 0, "mounted": 1, "peer": 2, "ceiling": 3, "db-ceiling": 4}
         for key in sorted(med, key=lambda k: (order[k[0]], k[1], apps[k[2]])):
             scenario, workers, app = key
             m = med[key]
             ratio = ""
-            if app == "authgate":
+            if app in ("authgate", "mounted"):
                 parts = []
                 peer = med.get((scenario, workers, "peer"))
-                if peer and peer["rps"]:
+                if peer and peer["rps"] and app == "authgate":
                     parts.append(f"{m['rps'] / peer['rps']:.2f}x peer")
                 ceil = med.get((scenario, workers, "ceiling"))
                 if ceil and ceil["rps"]:
                     parts.append(f"{100 * m['rps'] / ceil['rps']:.0f}% of JWT ceiling")
+                dbc = med.get((scenario, workers, "db-ceiling"))
+                if dbc and dbc["rps"]:
+                    parts.append(f"{100 * m['rps'] / dbc['rps']:.0f}% of DB ceiling")
                 if scenario in ("login", "register", "overload") and hash_rate:
                     parts.append(f"{100 * m['rps'] / hash_rate:.0f}% of hash ceiling")
                 if "share_503" in m:
@@ -461,7 +491,99 @@ class Bench:
                     for ck in self.checks
                 ),
             ]
+        lines += ["", *self.targets()]
+        if self.feature_records:
+            lines += ["", *features.table(self.feature_records)]
         return "\n".join(lines)
+
+    # --- targets (issue 16): medians of per-round ratios ----------------------------------
+
+    def _per_round(self, workers: int, scenario: str, app: str, base: str) -> list[float]:
+        """app/base rps of each round where both were measured."""
+        by: dict[tuple[int, str], float] = {}
+        for r in self.records:
+            if r["workers"] == workers and r["scenario"] == scenario:
+                by[(r["round"], r["app"])] = r["rps"]
+        out = []
+        for (rnd, name), rps in sorted(by.items()):
+            if name != app:
+                continue
+            if base == "hash":
+                ref = self.hash_rates[self._hash_index(workers, rnd)]
+            else:
+                ref = by.get((rnd, base), 0.0)
+            if ref:
+                out.append(rps / ref)
+        return out
+
+    def _hash_index(self, workers: int, rnd: int) -> int:
+        """The hash ceiling measured before round `rnd` of the phase with `workers`."""
+        return self.s.workers.index(workers) * self.s.rounds + rnd - 1
+
+    def targets(self) -> list[str]:
+        lines = [
+            "Targets (issue 16; medians of per-round ratios, everything on at its defaults):",
+            "",
+            "| target | workers | measured | goal | met |",
+            "|---|---|---:|---:|---|",
+        ]
+
+        def row(name: str, workers: int, values: list[float], goal: float) -> None:
+            if not values:
+                return
+            got = statistics.median(values)
+            lines.append(
+                f"| {name} | {workers} | {100 * got:.1f} % | ≥ {100 * goal:.0f} % "
+                f"| {'yes' if got >= goal else 'NO'} |"
+            )
+
+        for w in self.s.workers:
+            row("GET /me / JWT ceiling", w, self._per_round(w, "me", "authgate", "ceiling"), 0.9)
+            row(
+                "mounted CurrentUser route / JWT ceiling",
+                w,
+                self._per_round(w, "me", "mounted", "ceiling"),
+                0.9,
+            )
+            row(
+                "refresh / DB ceiling",
+                w,
+                self._per_round(w, "refresh", "authgate", "db-ceiling"),
+                0.75,
+            )
+            row("login / hash ceiling", w, self._per_round(w, "login", "authgate", "hash"), 0.85)
+            row(
+                "register / hash ceiling",
+                w,
+                self._per_round(w, "register", "authgate", "hash"),
+                0.85,
+            )
+        for w in self.s.workers:
+            rates = [
+                r["rps"]
+                for r in self.records
+                if r["workers"] == w and r["scenario"] == "refresh" and r["app"] == "authgate"
+            ]
+            if rates:
+                lines.append(
+                    f"| refresh rotations/s (authgate) | {w} | {statistics.median(rates):,.0f} "
+                    "| | |"
+                )
+        rss = [r["rss_mb"] for r in self.records if r["app"] == "authgate" and r["rss_mb"] > 0]
+        if rss:
+            peak = max(rss)
+            lines.append(
+                f"| RSS per worker, largest seen (MB) | all | {peak:.0f} | < 150 "
+                f"| {'yes' if peak < 150 else 'NO'} |"
+            )
+        for ck in self.checks:
+            ok = ck["ok"]
+            lines.append(
+                f"| revocation reaches GET /me at once (20/20) | {ck['workers']} "
+                f"| {ck['logout']['after_401']}/20, {ck['deactivate']['after_401']}/20 "
+                f"| 20/20 | {'yes' if ok else 'NO'} |"
+            )
+        return lines
 
 
 def machine() -> str:
@@ -510,6 +632,11 @@ def main() -> None:
         help="instead of the comparison: py-spy profiles of authgate (1 worker) under these "
         "scenarios (me, login, refresh, register) into bench/profiles/",
     )
+    p.add_argument(
+        "--no-features",
+        action="store_true",
+        help="skip the phase that measures each round-2 feature off and on (bench/features.py)",
+    )
     args = p.parse_args()
     c.require_wrk()
     quick = args.quick
@@ -538,6 +665,8 @@ def main() -> None:
     try:
         for workers in settings.workers:
             bench.phase(workers)
+        if not args.no_features:
+            features.run(bench, settings.rounds, settings.seconds, settings.refresh_tokens)
     finally:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         summary = bench.summary()
@@ -548,6 +677,7 @@ def main() -> None:
             "hash_rates": bench.hash_rates,
             "records": bench.records,
             "checks": bench.checks,
+            "features": bench.feature_records,
             "summary": summary,
             "seconds": time.time() - started,
         }
