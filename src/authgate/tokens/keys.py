@@ -52,6 +52,11 @@ class AccessClaims:
     level: Level = PASSWORD
 
 
+#: How many verified access tokens a worker remembers (`Keys.verify_access`): about 200
+#: bytes each.
+VERIFIED_CACHE = 4096
+
+
 def new_opaque_token() -> str:
     return secrets.token_urlsafe(OPAQUE_TOKEN_BYTES)
 
@@ -99,6 +104,9 @@ class Keys:
         self._successor_keys = [_derive(key, _SUCCESSOR_LABEL) for key in (secret, *previous)]
         self.issuer = issuer
         self.audience = audience
+        #: Access tokens this worker has verified: SHA-256 of the token -> (claims, nbf).
+        #: See `verify_access`.
+        self._verified: dict[bytes, tuple[AccessClaims, int]] = {}
 
     # --- access tokens ---------------------------------------------------------------
 
@@ -132,8 +140,36 @@ class Keys:
         )
 
     def verify_access(self, token: str, *, now: datetime) -> AccessClaims:
+        """The claims of a valid access token at `now`, else `TokenError`.
+
+        What does not depend on the time (signature, header, claim shapes) is a pure function
+        of the token and this worker's keys, so it is worked out once per token: a client
+        sends the same token with every request until it expires, and the signature check
+        and JSON parsing were a fifth of GET /me (bench/RESULTS.md, issue 16). The tokens
+        verified are remembered by their SHA-256 (never the token itself, and never compared
+        as text), at most `VERIFIED_CACHE` of them, oldest dropped first; a token that fails
+        is never remembered. The time claims are checked on every call, against the caller's
+        clock. Revocation is not a property of the token: the caller checks the session on
+        every request whatever this returns (`SessionService.authenticate`)."""
         if len(token) > MAX_ACCESS_TOKEN_LENGTH or not token.isascii():
             raise TokenError("malformed token")
+        key = hashlib.sha256(token.encode("ascii")).digest()
+        known = self._verified.get(key)
+        if known is None:
+            known = self._verify_signed(token)
+            if len(self._verified) >= VERIFIED_CACHE:
+                del self._verified[next(iter(self._verified))]
+            self._verified[key] = known
+        claims, nbf = known
+        ts = now.timestamp()
+        if ts >= claims.expires_at:
+            raise TokenError("expired")
+        if nbf > ts or claims.issued_at > ts + 60:
+            raise TokenError("not yet valid")
+        return claims
+
+    def _verify_signed(self, token: str) -> tuple[AccessClaims, int]:
+        """Everything of `verify_access` but the time: (the claims, nbf)."""
         if self._signing is None:
             # HS256: one parse; the header rules are checked on the verified header.
             header, claims = self._decode(token)
@@ -151,20 +187,15 @@ class Keys:
             if public is None:
                 raise TokenError("unknown key id")
             _, claims = self._decode_with(token, public)
-        ts = now.timestamp()
         exp, iat, nbf = claims["exp"], claims["iat"], claims.get("nbf", claims["iat"])
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (exp, iat, nbf)):
             raise TokenError("malformed time claim")
-        if ts >= exp:
-            raise TokenError("expired")
-        if nbf > ts or iat > ts + 60:
-            raise TokenError("not yet valid")
         sub, sid, jti = claims["sub"], claims["sid"], claims["jti"]
         if not (isinstance(sub, str) and sub.isascii() and sub.isdigit() and len(sub) <= 19):
             raise TokenError("malformed subject")
         if not (isinstance(sid, str) and len(sid) == 32) or not isinstance(jti, str):
             raise TokenError("malformed session")
-        return AccessClaims(int(sub), sid, iat, exp, jti, _level(claims))
+        return AccessClaims(int(sub), sid, iat, exp, jti, _level(claims)), nbf
 
     def jwks(self) -> dict[str, Any]:
         """The public keys other services may verify access tokens with (none for HS256)."""

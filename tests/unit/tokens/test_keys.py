@@ -441,3 +441,42 @@ def test_a_token_without_assurance_claims_is_a_password_session(keys: Keys) -> N
 )
 def test_malformed_assurance_claims_are_refused(keys: Keys, changes: dict[str, Any]) -> None:
     refused(keys, sign(keys, claims(**changes)))
+
+
+# --- the verified-token cache (issue 16) ------------------------------------------------
+
+
+def test_a_remembered_token_still_expires_and_is_not_valid_before_its_time(keys: Keys) -> None:
+    token = keys.issue_access(user_id=42, session_id=SID, now=NOW, ttl=900)
+    first = keys.verify_access(token, now=NOW)
+    # The second time it is the remembered claims, checked against the clock again.
+    assert keys.verify_access(token, now=NOW + timedelta(seconds=899)) is first
+    with pytest.raises(TokenError, match="expired"):
+        keys.verify_access(token, now=NOW + timedelta(seconds=900))
+    with pytest.raises(TokenError, match="not yet valid"):
+        keys.verify_access(token, now=NOW - timedelta(seconds=120))
+
+
+def test_only_verified_tokens_are_remembered_and_by_digest(keys: Keys) -> None:
+    good = keys.issue_access(user_id=42, session_id=SID, now=NOW, ttl=900)
+    forged = good[:-4] + ("AAAA" if not good.endswith("AAAA") else "BBBB")
+    for _ in range(2):
+        with pytest.raises(TokenError):
+            keys.verify_access(forged, now=NOW)
+    keys.verify_access(good, now=NOW)
+    remembered = keys._verified
+    assert list(remembered) == [hashlib.sha256(good.encode()).digest()]
+    # A key of another instance (another secret) does not see this one's memory.
+    other = Keys(b"another-secret-" * 4, issuer="authgate", audience="authgate")
+    with pytest.raises(TokenError):
+        other.verify_access(good, now=NOW)
+
+
+def test_the_memory_is_bounded_oldest_first(keys: Keys, monkeypatch: pytest.MonkeyPatch) -> None:
+    import authgate.tokens.keys as module
+
+    monkeypatch.setattr(module, "VERIFIED_CACHE", 3)
+    tokens = [keys.issue_access(user_id=i, session_id=SID, now=NOW, ttl=900) for i in range(1, 6)]
+    for token in tokens:
+        keys.verify_access(token, now=NOW)
+    assert list(keys._verified) == [hashlib.sha256(t.encode()).digest() for t in tokens[2:]]

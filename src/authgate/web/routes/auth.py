@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body, Request, Response
@@ -36,7 +37,11 @@ if TYPE_CHECKING:
 __all__ = ["auth_router"]
 
 
+@functools.lru_cache(maxsize=1024)
 def _user_json(principal: Principal) -> bytes:
+    """GET /me's body. A `Principal` is a frozen value, and a worker answers the same user
+    many times from its state cache: the JSON is made once per distinct value (an update of
+    the user is a new value), not validated and serialised on every request."""
     return UserResponse.model_validate(principal).model_dump_json().encode()
 
 
