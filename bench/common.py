@@ -131,11 +131,16 @@ def authgate_env(database_url: str, *, workers: int = 1, **extra: str) -> dict[s
         DATABASE_URL=database_url,
         CACHE_URL=REDIS_URL,
         AUTHGATE_SECRET_KEY=SECRET_KEY,
-        # Every rate limit stays on, at its default budget, except the two per client
-        # address that the load (one address, hundreds of logins and registrations a second)
-        # would spend at once: raised, so their checks still run on every request.
+        # Every rate limit stays on, at its default budget, except those the load itself
+        # would spend at once, raised so their checks still run on every request: the two
+        # per client address (one address, hundreds of logins and registrations a second),
+        # and the login-failure budgets of an account, which reserve a slot before the
+        # password is verified (8 concurrent logins of one account from one address are
+        # more than its 5 a minute, by design).
         AUTHGATE_LOGIN_LIMIT_PER_IP="100000000/minute",
         AUTHGATE_REGISTER_LIMIT_PER_IP="100000000/hour",
+        AUTHGATE_LOGIN_FAILURE_LIMIT="100000000/hour",
+        AUTHGATE_LOGIN_FAILURE_LIMIT_PER_ADDRESS="100000000/minute",
         AUTHGATE_CACHE_PREFIX="authgate-bench:",
         AUTHGATE_ACCESS_TTL="7200",
         AUTHGATE_DATA_DIR=str(OUT / "authgate-data"),

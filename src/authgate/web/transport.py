@@ -5,6 +5,7 @@ What a token *is* lives in `tokens.py`; this module only moves strings in and ou
 
 from __future__ import annotations
 
+import functools
 import hmac
 from collections.abc import Sequence
 from http.cookies import _unquote
@@ -190,9 +191,12 @@ def client_address(
     return client
 
 
+@functools.lru_cache(maxsize=4096)
 def normalise_ip(value: str) -> str | None:
     """The address in its canonical text form, an IPv4-mapped IPv6 address (`::ffff:1.2.3.4`)
-    as the IPv4 address it is; None when `value` is no IP address."""
+    as the IPv4 address it is; None when `value` is no IP address. Every request asks it of
+    its peer, and parsing was 2 % of a refresh (bench/RESULTS.md, issue 16): a pure function
+    of the text, remembered for the last 4,096 texts."""
     try:
         address = ip_address(value)
     except ValueError:
