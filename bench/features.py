@@ -9,7 +9,9 @@ exactly what they cost the database; `AUTHGATE_RATE_LIMITS=off` keeps the statem
 (an unreachable budget) and removes the Redis checks of the other limits.
 
 A feature's cost is 1 - (rate with everything on) / (rate with that feature off), the median
-of the per-round ratios.
+of the per-round ratios. This machine's run-to-run noise is several per cent (the same
+variant twice in a row differs by up to 10 %), so a cost under that is not resolved by one
+run; `bench/run --features-only --rounds 6` narrows it.
 """
 
 from __future__ import annotations
@@ -37,8 +39,13 @@ PORT = 18005
 def run(bench: Bench, rounds: int, seconds: float, tokens: int) -> None:
     print("== features: each of round 2's features off and on (1 worker)", flush=True)
     ids = asyncio.run(c.user_ids(bench.db, ["me@bench.example.com"]))
+    names = list(VARIANTS)
     for rnd in range(1, rounds + 1):
-        for variant, env in VARIANTS.items():
+        # Each round starts with another variant: no variant is always measured first (after
+        # the previous round's database ceiling, when PostgreSQL may still be writing).
+        shift = (rnd - 1) % len(names)
+        for variant in names[shift:] + names[:shift]:
+            env = VARIANTS[variant]
             ag = c.start_authgate(bench.db, PORT, 1, **env)
             try:
                 token = c.authgate_login(ag.url, "me@bench.example.com")["access_token"]

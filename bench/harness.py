@@ -282,6 +282,14 @@ class Bench:
             flush=True,
         )
 
+    def prepare_features(self) -> None:
+        """The benchmark account, for a run of the feature phase alone (fresh database)."""
+        ag = c.start_authgate(self.db, PORTS["authgate"], 1)
+        try:
+            c.authgate_register(ag.url, "me@bench.example.com")
+        finally:
+            c.stop(ag)
+
     def setup_accounts(self, ag: c.Server, peer: c.Server) -> None:
         for email in ("login@bench.example.com", "me@bench.example.com", "mixed@bench.example.com"):
             c.authgate_register(ag.url, email)
@@ -637,6 +645,11 @@ def main() -> None:
         action="store_true",
         help="skip the phase that measures each round-2 feature off and on (bench/features.py)",
     )
+    p.add_argument(
+        "--features-only",
+        action="store_true",
+        help="only the phase that measures each round-2 feature off and on",
+    )
     args = p.parse_args()
     c.require_wrk()
     quick = args.quick
@@ -664,7 +677,11 @@ def main() -> None:
         return
     try:
         for workers in settings.workers:
+            if args.features_only:
+                break
             bench.phase(workers)
+        if args.features_only:
+            bench.prepare_features()
         if not args.no_features:
             features.run(bench, settings.rounds, settings.seconds, settings.refresh_tokens)
     finally:
