@@ -18,6 +18,7 @@ import click
 from pydantic import ValidationError
 
 from authgate.cli.audit import audit, audited
+from authgate.cli.users import users
 from authgate.config import AuthConfig, ConfigError
 from authgate.datadir import ensure_secret_key
 from authgate.mail.render import check_templates
@@ -94,18 +95,24 @@ def main() -> None:
 
 
 def _migrate(config: AuthConfig) -> None:
-    """Apply pending migrations with nothing but a database connection (no gate: `serve` with
-    one worker serves from this very process, and keeps what it allocated)."""
-    from authgate.store.db import Database, upgrade_schema
+    """Apply pending migrations before any worker starts: one SELECT here, the upgrade as
+    `authgate db upgrade` in a child process (one worker serves from this very process, which
+    would keep Alembic and the migration's allocations: 8 MB, bench/RESULTS.md, issue 16)."""
+    import subprocess  # nosec B404 (this interpreter's own command)
 
-    async def runner() -> None:
+    from authgate.store.db import Database, schema_at_head
+
+    async def pending() -> bool:
         db = Database(config)
         try:
-            await upgrade_schema(db)
+            return not await schema_at_head(db)
         finally:
             await db.dispose()
 
-    _run_async(runner)
+    if _run_async(pending):
+        argv = [sys.executable, "-m", "authgate", "db", "upgrade"]
+        if subprocess.run(argv, check=False).returncode != 0:  # noqa: S603  # nosec B603
+            raise click.ClickException("the database migration failed (see above)")
 
 
 @main.command()
@@ -193,115 +200,6 @@ def db_upgrade() -> None:
     click.echo("database schema is up to date")
 
 
-@main.group()
-def users() -> None:
-    """Manage user accounts."""
-
-
-@users.command("create")
-@click.argument("email")
-@click.option("--superuser", is_flag=True, help="Grant is_superuser.")
-@click.option("--verified", is_flag=True, help="Mark the email as verified.")
-@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
-def users_create(email: str, superuser: bool, verified: bool, password_stdin: bool) -> None:
-    """Create a user (prompts for the password)."""
-    from authgate.errors import EmailTaken, PasswordRejected
-    from authgate.factors.emails import EmailProblem, canonical_email
-    from authgate.factors.password_rules import check_new_password
-
-    try:
-        canonical_email(email)
-    except EmailProblem as exc:
-        raise click.ClickException(f"invalid email address: {exc}") from None
-    if password_stdin:
-        password = sys.stdin.readline().rstrip("\r\n")
-    elif not sys.stdin.isatty():
-        # click would fall back to an echoing prompt: refuse rather than show a password.
-        raise click.ClickException("no terminal to ask for the password; use --password-stdin")
-    else:
-        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
-    try:
-        # The service checks it again; asked here too, so a refusal comes before any database.
-        check_new_password(password)
-    except PasswordRejected as exc:
-        raise click.ClickException(exc.detail) from None
-
-    async def work(gate: Any) -> Any:
-        try:
-            return await gate.accounts.register(
-                email, password, is_superuser=superuser, email_verified=verified
-            )
-        except EmailTaken:
-            raise click.ClickException("a user with this email already exists") from None
-
-    user = _run(work)
-    click.echo(f"created user {user.id} <{user.email}>")
-
-
-def _set_active(email: str, active: bool) -> None:
-    async def work(gate: Any) -> Any:
-        return await gate.accounts.set_active(email, active), gate.config
-
-    user, config = _run(work)
-    if user is None:
-        raise click.ClickException(f"no user with email {email}")
-    state = "activated" if active else "deactivated (all sessions revoked)"
-    click.echo(f"user {user.id} <{user.email}> {state}")
-    if config.cache_url is None and config.database_url is not None:
-        from authgate.cache.sweep import SWEEP_INTERVAL, SWEEP_LEASE
-
-        # Workers with a cache were not told; they find the change in the database.
-        click.echo(
-            "warning: CACHE_URL is not set, so workers that use a cache were not told of this "
-            f"change: each applies it from the database within {SWEEP_LEASE:.0f} s (they sweep "
-            f"every {SWEEP_INTERVAL:.0f} s). Set CACHE_URL here to apply it before this "
-            "command returns.",
-            err=True,
-        )
-
-
-@users.command("deactivate")
-@click.argument("email")
-def users_deactivate(email: str) -> None:
-    """Deactivate a user and revoke all of their sessions."""
-    _set_active(email, False)
-
-
-@users.command("activate")
-@click.argument("email")
-def users_activate(email: str) -> None:
-    """Re-activate a user."""
-    _set_active(email, True)
-
-
-@users.command("list")
-def users_list() -> None:
-    """Print a table of users."""
-
-    async def work(gate: Any) -> Any:
-        return await gate.accounts.list_users()
-
-    rows = [
-        (
-            str(u.id),
-            u.email,
-            _yn(u.is_active),
-            _yn(u.is_superuser),
-            _yn(u.email_verified),
-            u.created_at.strftime("%Y-%m-%d %H:%M"),
-        )
-        for u in _run(work)
-    ]
-    header = ("ID", "EMAIL", "ACTIVE", "SUPERUSER", "VERIFIED", "CREATED (UTC)")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-
-
-def _yn(flag: bool) -> str:
-    return "yes" if flag else "no"
-
-
 @main.command()
 def purge() -> None:
     """Delete expired and spent tokens and finished sessions."""
@@ -323,3 +221,4 @@ def purge() -> None:
 
 
 main.add_command(audit)
+main.add_command(users)

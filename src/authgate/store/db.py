@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import (
 from authgate.config import AuthConfig
 from authgate.datadir import ensure_private_dir
 
-__all__ = ["Database", "database_url", "upgrade_schema"]
+__all__ = ["Database", "database_url", "schema_at_head", "upgrade_schema"]
 
 logger = logging.getLogger("authgate")
 # aiosqlite logs every call with its SQL parameters at DEBUG (password hashes, token digests),
@@ -280,6 +280,11 @@ async def upgrade_schema(db: Database) -> bool:
 
 def _sqlite_file(db: Database) -> Path:
     return Path(db.url.database or "authgate.sqlite3")
+
+
+async def schema_at_head(db: Database) -> bool:
+    """Whether the schema is at the newest migration (one SELECT; no Alembic import)."""
+    return await _at_head(db)
 
 
 async def _at_head(db: Database) -> bool:
