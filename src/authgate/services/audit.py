@@ -107,8 +107,10 @@ class AuditWriter:
     async def _run(self) -> None:
         wake = self._wake
         while not self._stopping:
+            # asyncio.timeout, not wait_for: no task made per wait (3.11's wait_for makes one).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), self.interval)
+                async with asyncio.timeout(self.interval):
+                    await wake.wait()
             wake.clear()
             # Shielded: a cancelled task never loses the rows of a batch it has taken.
             await asyncio.shield(self.flush())
