@@ -3,28 +3,16 @@ measures each) still rotate, and leave out exactly the feature they name."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from authgate.store.db import Database, upgrade_schema
+from authgate.store.db import Database
 from authgate.store.models import RefreshToken, Session
 from authgate.store.rotation_sql import ROTATE, rotation_statement
-from tests.helpers import Backend, FakeClock, make_config, new_digest, new_session, new_user
-
-
-@pytest.fixture
-async def pg(pg_backend: Backend) -> AsyncIterator[Database]:
-    """PostgreSQL only: SQLite runs the rotation's statements one by one, not this one."""
-    database = Database(make_config(pg_backend))
-    await upgrade_schema(database)
-    try:
-        yield database
-    finally:
-        await database.dispose()
+from tests.helpers import FakeClock, new_digest, new_session, new_user
 
 
 def _params(clock: FakeClock, token: bytes) -> dict[str, Any]:
@@ -46,14 +34,14 @@ def _params(clock: FakeClock, token: bytes) -> dict[str, Any]:
     [({}, True, True), ({"activity": False}, False, True), ({"budget": False}, True, False)],
 )
 async def test_each_variant_rotates_and_leaves_out_only_its_feature(
-    pg: Database,
+    pg_db: Database,
     clock: FakeClock,
     options: dict[str, bool],
     activity: bool,
     counted: bool,
 ) -> None:
-    user = await new_user(pg, clock())
-    session_id, token = await new_session(pg, user, clock())
+    user = await new_user(pg_db, clock())
+    session_id, token = await new_session(pg_db, user, clock())
     clock.advance(60)  # the session's last use at opening is a minute older than the rotation
     statement = rotation_statement(**options) if options else ROTATE
     params = _params(clock, token)
@@ -61,11 +49,11 @@ async def test_each_variant_rotates_and_leaves_out_only_its_feature(
         # Keys named like a column of an UPDATE would be taken as values to SET: a statement
         # without the activity is given none (the bench binds only the statement's own).
         del params["ip"], params["user_agent"]
-    async with pg.autocommit() as conn:
+    async with pg_db.autocommit() as conn:
         row = (await conn.execute(statement, params)).one()
     assert row.rotated
     assert row.id == session_id
-    async with pg.read() as s:
+    async with pg_db.read() as s:
         session = (await s.execute(select(Session).where(Session.id == session_id))).scalar_one()
         tokens = (
             await s.execute(
