@@ -27,6 +27,18 @@ from typing import Any
 import asyncpg
 import common as c
 
+
+def _pool_size() -> int:
+    from authgate.config.operations import OperationsSettings
+
+    size = OperationsSettings.model_fields["db_pool_size"].default
+    assert isinstance(size, int)
+    return size
+
+
+#: authgate's default `AUTHGATE_DB_POOL_SIZE`: the connections one worker's pool holds.
+POOL_SIZE = _pool_size()
+
 VARIANTS: dict[str, dict[str, bool]] = {
     "full": {},
     "no-activity": {"activity": False},

@@ -66,7 +66,12 @@ def run(bench: Bench, rounds: int, seconds: float, tokens: int) -> None:
                 c.stop(ag)
         for variant in db_ceiling.VARIANTS:
             m = db_ceiling.measure(
-                bench.db, ids, connections=15, seconds=seconds, tokens=tokens, variant=variant
+                bench.db,
+                ids,
+                connections=db_ceiling.POOL_SIZE,
+                seconds=seconds,
+                tokens=tokens,
+                variant=variant,
             )
             _record(bench, rnd, f"statement {variant}", "db-ceiling", m)
 

@@ -46,8 +46,6 @@ class Settings:
 
 
 ALL_SCENARIOS = ["me", "login", "register", "refresh", "mixed", "overload"]
-#: authgate's default `AUTHGATE_DB_POOL_SIZE` (connections per worker).
-DB_POOL_SIZE = 15
 
 
 # --- ceilings ------------------------------------------------------------------------------
@@ -414,7 +412,7 @@ class Bench:
                 self.record(rnd, workers, scenario, "authgate", m)
                 # authgate's own rotation statement straight on asyncpg, with as many
                 # connections as authgate's pools may hold (15 a worker) under this load.
-                conns = min(32, DB_POOL_SIZE * workers)
+                conns = min(32, db_ceiling.POOL_SIZE * workers)
                 m = db_ceiling.measure(
                     self.db, ids, connections=conns, seconds=t, tokens=sv.refresh_tokens
                 )
